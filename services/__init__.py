@@ -1,0 +1,1 @@
+"""One module per process: watcher, chunker, embedder, indexer, session, query (+ the CLI)."""

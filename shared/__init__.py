@@ -1,0 +1,1 @@
+"""Code several stages share: events, configuration, the store, chunking, providers, the bus."""

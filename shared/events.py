@@ -1,0 +1,205 @@
+"""The events: the only contract between stages (see docs/events.md).
+
+Every event is a pydantic model with a ``type`` tag and a ``version``. Each stage reads
+its input event, does one job and emits its output event. Every event is also appended
+to the agent's durable log (a Redis stream, ``memoryd:log:<agent>``) so an index can be
+rebuilt by replaying it: ``FileChunked`` carries the chunk texts, ``ChunksEmbedded`` the
+vectors, so replay needs neither the files nor a provider.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+SCHEMA_VERSION = 1
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: int = SCHEMA_VERSION
+    event_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    emitted_at: float = Field(default_factory=time.time)
+    agent: str
+
+
+class FileEvent(Event):
+    #: Workspace-relative POSIX path (``memory/2026-01-20.md``), or ``<source>/…`` for an
+    #: extraPath outside the workspace. Never absolute, never ``..``.
+    path: str
+    #: Per-agent sequence number: strictly increasing, survives a Redis restart (see bus.next_seq).
+    seq: int
+    #: The ``memoryd index`` run that caused it, so the CLI can count its progress.
+    run: str | None = None
+
+
+class FileChanged(FileEvent):
+    type: Literal["file.changed"] = "file.changed"
+    #: Absolute directory ``path`` is relative to (the workspace or the extraPath root).
+    root: str
+    #: Path of the file inside ``root`` (differs from ``path`` for outside extraPaths).
+    rel: str
+    source: str = "memory"
+    sha256: str
+    size: int
+    mtime: float
+    #: What saw it: "watch", "reconcile" or "index" (the CLI).
+    origin: str = "watch"
+
+
+class FileDeleted(FileEvent):
+    type: Literal["file.deleted"] = "file.deleted"
+    origin: str = "watch"
+
+
+class ChunkData(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hash: str
+    start_line: int
+    end_line: int
+    tokens: int
+    text: str
+
+
+class FileChunked(FileEvent):
+    type: Literal["file.chunked"] = "file.chunked"
+    source: str
+    sha256: str
+    size: int
+    mtime: float
+    #: Chunker settings + tokenizer the chunks were made with (part of the index fingerprint).
+    chunker: str
+    chunks: list[ChunkData]
+
+
+class FileSkipped(FileEvent):
+    """A file that looks like memory but cannot be indexed; the last good version stays."""
+
+    type: Literal["file.skipped"] = "file.skipped"
+    source: str
+    sha256: str
+    size: int
+    mtime: float
+    reason: str
+
+
+class VectorData(BaseModel):
+    """All window vectors of one chunk, float32, row-major, base64 (JSON-safe and compact)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hash: str
+    windows: int
+    dims: int
+    data: str
+
+    @classmethod
+    def pack(cls, chunk_hash: str, matrix: np.ndarray) -> VectorData:
+        m = np.ascontiguousarray(matrix, dtype=np.float32)
+        if m.ndim == 1:
+            m = m[None, :]
+        return cls(hash=chunk_hash, windows=m.shape[0], dims=m.shape[1],
+                   data=base64.b64encode(m.tobytes()).decode("ascii"))
+
+    def matrix(self) -> np.ndarray:
+        raw = np.frombuffer(base64.b64decode(self.data), dtype=np.float32)
+        return raw.reshape(self.windows, self.dims)
+
+
+class ChunksEmbedded(FileEvent):
+    type: Literal["chunks.embedded"] = "chunks.embedded"
+    source: str
+    sha256: str
+    size: int
+    mtime: float
+    chunker: str
+    chunks: list[ChunkData]
+    #: Provider fingerprint the vectors belong to ("local:all-MiniLM-L6-v2-int8:384:w256/32").
+    embedder: str
+    provider: str
+    model: str
+    #: One entry per chunk that has a vector; chunks without one are indexed "vector missing".
+    vectors: list[VectorData]
+    cached: int
+    embedded: int
+    error: str | None = None
+
+
+class VectorsFilled(Event):
+    """Vectors for chunks that were indexed without them (the provider was down)."""
+
+    type: Literal["vectors.filled"] = "vectors.filled"
+    embedder: str
+    vectors: list[VectorData]
+    embedded: int
+
+
+class IndexApplied(FileEvent):
+    type: Literal["index.applied"] = "index.applied"
+    action: Literal["replaced", "deleted", "skipped", "stale", "unchanged"]
+    sha256: str | None = None
+    chunks: int = 0
+    chunks_added: int = 0
+    chunks_removed: int = 0
+    vectors_missing: int = 0
+    reason: str | None = None
+
+
+class SessionEvent(Event):
+    session: str
+    tokens: int = 0
+
+
+class FlushRequested(SessionEvent):
+    type: Literal["session.flush_requested"] = "session.flush_requested"
+    compaction_count: int
+
+
+class MemoryFlushed(SessionEvent):
+    type: Literal["session.flushed"] = "session.flushed"
+    files: list[str] = []
+    no_reply: bool = False
+
+
+class Compacted(SessionEvent):
+    type: Literal["session.compacted"] = "session.compacted"
+    tokens_before: int
+    tokens_after: int
+    compaction_count: int
+    manual: bool = False
+
+
+class Pruned(SessionEvent):
+    type: Literal["session.pruned"] = "session.pruned"
+    soft_trimmed: int
+    hard_cleared: int
+
+
+class SessionReset(SessionEvent):
+    type: Literal["session.reset"] = "session.reset"
+    reason: Literal["daily", "idle", "new", "reset"]
+
+
+class MemorySaved(SessionEvent):
+    type: Literal["session.memory_saved"] = "session.memory_saved"
+    files: list[str]
+
+
+AnyEvent = Annotated[
+    FileChanged | FileDeleted | FileChunked | FileSkipped | ChunksEmbedded | VectorsFilled | IndexApplied
+    | FlushRequested | MemoryFlushed | Compacted | Pruned | SessionReset | MemorySaved,
+    Field(discriminator="type"),
+]
+_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
+
+
+def parse_event(raw: str | bytes) -> AnyEvent:
+    """Any event from its JSON; a wrong ``type`` or field names what is wrong."""
+    return _ADAPTER.validate_json(raw)

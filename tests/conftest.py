@@ -1,0 +1,83 @@
+"""Fixtures in one place. HOME and every state dir point at tmp; Redis is a real server.
+
+Integration tests need a ``redis-server`` on 127.0.0.1:6379 (``.ci/run`` starts one when
+none answers). Each test gets its own Redis database number, flushed before and after,
+so tests never see each other's queues.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from shared.config import Settings, load_settings
+
+REDIS_BASE = os.environ.get("MEMORYD_TEST_REDIS", "redis://127.0.0.1:6379")
+_db_numbers = itertools.cycle(range(1, 16))
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("MEMORYD_STATE_DIR", str(tmp_path / "state"))
+    for name in ("MEMORYD_CONFIG", "REDIS_URL", "MEMORYD_REDIS_URL", "OPENAI_API_KEY",
+                 "MEMORYD_PROVIDER", "MEMORYD_LLM_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """A flushed database on the real Redis server."""
+    url = f"{REDIS_BASE}/{next(_db_numbers)}"
+    conn = redis.Redis.from_url(url)
+    try:
+        conn.ping()
+    except redis.ConnectionError as exc:
+        raise RuntimeError(f"integration tests need redis-server at {REDIS_BASE} (.ci/run starts one)") from exc
+    conn.flushdb()
+    yield url
+    conn.flushdb()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "workspace"
+    (ws / "memory").mkdir(parents=True)
+    return ws
+
+
+def write_config(path: Path, data: dict) -> Path:
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path):
+    """``make_settings(workspace, provider="hash", **memorySearch)`` → (Settings, config file)."""
+
+    def make(ws: Path, *, agent: str = "main", redis: str | None = None, provider: str = "hash",
+             debounce_ms: int = 200, extra: dict | None = None, **search: object) -> tuple[Settings, Path]:
+        memory_search: dict = {"provider": provider,
+                               "sync": {"watchDebounceMs": debounce_ms, "vectorRetrySeconds": 1}}
+        memory_search.update(search)
+        data = {
+            "agents": {"defaults": {"memorySearch": memory_search},
+                       "list": [{"id": agent, "workspace": str(ws)}]},
+            "memoryd": {"stateDir": str(tmp_path / "state"), **({"redisUrl": redis} if redis else {})},
+        }
+        if extra:
+            for key, value in extra.items():
+                data[key] = {**data.get(key, {}), **value}
+        config = write_config(tmp_path / "memoryd.json", data)
+        return load_settings(config), config
+
+    return make
