@@ -26,7 +26,7 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 
 from shared.bus import QUEUES, Bus
-from shared.config import Settings
+from shared.config import Settings, load_settings
 
 log = logging.getLogger("memoryd.worker")
 
@@ -38,8 +38,14 @@ HOST = socket.gethostname()
 @dataclass
 class WorkerContext:
     settings: Settings
-    bus: Bus
+    redis_bus: Bus | None = None
     cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def bus(self) -> Bus:
+        if self.redis_bus is None:
+            raise RuntimeError("this in-process run has no Redis bus")
+        return self.redis_bus
 
     def memo(self, key: str, make: Callable[[], Any]) -> Any:
         """A per-process object (a provider, an open index) made once."""
@@ -47,13 +53,19 @@ class WorkerContext:
             self.cache[key] = make()
         return self.cache[key]
 
+    def ensure_agent(self, agent_id: str) -> None:
+        """Reload the settings when an agent registered after this process started shows up."""
+        if agent_id not in self.settings.agent_ids():
+            self.settings = load_settings(self.settings.source_file, self.settings.state_dir)
+            self.settings.agent(agent_id)  # still unknown: UnknownAgent names the fix
+
 
 _context: WorkerContext | None = None
 
 
 def set_context(settings: Settings, conn: redis.Redis) -> WorkerContext:
     global _context
-    _context = WorkerContext(settings=settings, bus=Bus(conn, settings))
+    _context = WorkerContext(settings=settings, redis_bus=Bus(conn, settings))
     return _context
 
 

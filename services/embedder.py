@@ -1,0 +1,181 @@
+"""Embedder worker: ``FileChunked`` → ``ChunksEmbedded``, with the content-hash cache first.
+
+Each chunk is looked up by (embedder, chunk hash) in the agent index's
+``embedding_cache`` (read-only) and in a per-process LRU; only misses go to the
+provider, batched across every file of the job. When no provider works the event still
+goes on, without those vectors: the indexer stores the chunks for keyword search marked
+"vector missing", and :func:`backfill_job` fills them in once a provider answers again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+from shared import providers
+from shared.events import ChunksEmbedded, FileChunked, VectorData, VectorsFilled, parse_event
+from shared.exceptions import IndexMissing, ProviderError
+from shared.store import IndexReader
+from shared.worker import WorkerContext, context
+
+log = logging.getLogger("memoryd.embedder")
+
+#: Vectors kept in each embedder process, so a busy file is not re-read from SQLite.
+LRU_ENTRIES = 20_000
+#: Chunks per backfill job: small enough that a recovered provider catches up in steps.
+BACKFILL_BATCH = 256
+
+
+class VectorLRU:
+    def __init__(self, size: int = LRU_ENTRIES) -> None:
+        self.size = size
+        self.items: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> np.ndarray | None:
+        with self.lock:
+            value = self.items.get(key)
+            if value is not None:
+                self.items.move_to_end(key)
+            return value
+
+    def put(self, key: tuple[str, str], value: np.ndarray) -> None:
+        with self.lock:
+            self.items[key] = value
+            self.items.move_to_end(key)
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+
+
+def _chain(ctx: WorkerContext, agent: str) -> list[providers.Provider]:
+    search = ctx.settings.agent(agent).memory_search
+    return ctx.memo(f"providers:{search.model_dump_json()}", lambda: providers.resolve(search))
+
+
+def _cached(ctx: WorkerContext, agent: str, embedder: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+    lru: VectorLRU = ctx.memo("lru", VectorLRU)
+    found = {h: v for h in hashes if (v := lru.get((embedder, h))) is not None}
+    missing = [h for h in hashes if h not in found]
+    if missing:
+        try:
+            reader = IndexReader(ctx.settings.index_path(agent))
+        except IndexMissing:
+            return found
+        try:
+            from_index = reader.cache_get(embedder, missing)
+        finally:
+            reader.close()
+        for h, v in from_index.items():
+            lru.put((embedder, h), v)
+        found.update(from_index)
+    return found
+
+
+def embed_files(ctx: WorkerContext, events: Sequence[FileChunked]) -> list[ChunksEmbedded]:
+    """One provider call for all cache misses of ``events`` (one agent's or several)."""
+    out: list[ChunksEmbedded] = []
+    by_agent: dict[str, list[FileChunked]] = {}
+    for event in events:
+        by_agent.setdefault(event.agent, []).append(event)
+    lru: VectorLRU = ctx.memo("lru", VectorLRU)
+    for agent, group in by_agent.items():
+        chain = _chain(ctx, agent)
+        name, model, embedder = providers.describe(ctx.settings.agent(agent).memory_search)
+        hashes = list(dict.fromkeys(c.hash for e in group for c in e.chunks))
+        vectors = _cached(ctx, agent, embedder, hashes) if chain else {}
+        cached = set(vectors)
+        todo = {c.hash: c.text for e in group for c in e.chunks if c.hash not in vectors}
+        error = None
+        if todo and chain:
+            try:
+                matrices, used = providers.embed_with_fallback(chain, list(todo.values()))
+                for h, m in zip(todo, matrices, strict=True):
+                    vectors[h] = m
+                    lru.put((embedder, h), m)
+                name, model = used.name, used.model
+            except ProviderError as exc:
+                error = str(exc)
+                log.warning("agent %s: %d chunks left without vectors: %s", agent, len(todo), exc)
+        elif todo:
+            error = "no embedding provider (memorySearch.provider = none): keyword search only"
+        embedded_now = set(todo) & set(vectors)
+        for event in group:
+            own = list(dict.fromkeys(c.hash for c in event.chunks))
+            out.append(ChunksEmbedded(
+                agent=event.agent, path=event.path, seq=event.seq, run=event.run, source=event.source,
+                sha256=event.sha256, size=event.size, mtime=event.mtime, chunker=event.chunker,
+                chunks=event.chunks, embedder=embedder, provider=name, model=model,
+                vectors=[VectorData.pack(h, vectors[h]) for h in own if h in vectors],
+                cached=sum(1 for h in own if h in cached),
+                embedded=sum(1 for h in own if h in embedded_now),
+                error=error,
+            ))
+            embedded_now -= set(own)  # a chunk shared by two files was embedded once
+    return out
+
+
+def embed_job(events: list[str]) -> int:
+    """RQ job: embed a batch of chunked files. Idempotent: the cache makes a rerun cheap."""
+    ctx = context()
+    parsed = [parse_event(raw) for raw in events]
+    for event in parsed:
+        if not isinstance(event, FileChunked):
+            raise TypeError(f"embed_job got a {event.type} event; only file.chunked belongs on this queue")
+    results = embed_files(ctx, parsed)  # type: ignore[arg-type]
+    for r in results:
+        ctx.bus.count(r.run, chunks_embedded=r.embedded, chunks_cached=r.cached)
+    ctx.bus.emit("index", results)
+    return sum(r.embedded for r in results)
+
+
+def backfill_job(agent: str) -> int:
+    """RQ job: embed chunks the index holds without vectors; → how many were filled."""
+    ctx = context()
+    chain = _chain(ctx, agent)
+    if not chain:
+        return 0
+    try:
+        reader = IndexReader(ctx.settings.index_path(agent))
+    except IndexMissing:
+        return 0
+    try:
+        rows = reader.chunks_missing_vectors(BACKFILL_BATCH)
+    finally:
+        reader.close()
+    if not rows:
+        return 0
+    try:
+        matrices, used = providers.embed_with_fallback(chain, [text for _, text in rows])
+    except ProviderError as exc:
+        log.info("agent %s: backfill waits, provider still failing: %s", agent, exc)
+        return 0
+    event = VectorsFilled(agent=agent, embedder=used.embedder, embedded=len(rows),
+                          vectors=[VectorData.pack(h, m) for (h, _), m in zip(rows, matrices, strict=True)])
+    ctx.bus.emit("fill", [event])
+    return len(rows)
+
+
+class BackfillScheduler(threading.Thread):
+    """In each embedder process: every ``vectorRetrySeconds``, queue a backfill per agent with gaps."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        super().__init__(daemon=True, name="vector-backfill")
+        self.ctx = ctx
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        period = min(self.ctx.settings.agent(a).memory_search.sync.vector_retry_seconds
+                     for a in self.ctx.settings.agent_ids())
+        while not self.stop.wait(period):
+            try:
+                for agent in self.ctx.bus.agents_missing_vectors():
+                    # a fixed job id per agent: at most one backfill queued at a time
+                    self.ctx.bus.queues["embed"].enqueue(
+                        "services.embedder.backfill_job", agent, job_id=f"backfill-{agent}",
+                        result_ttl=0, failure_ttl=3600, job_timeout=600)
+            except Exception as exc:  # a Redis blip must not end the scheduler thread
+                log.warning("backfill scheduling failed: %s", exc)

@@ -1,0 +1,224 @@
+"""The keyword side of memory_search: FTS5 candidates and a text score that means something.
+
+Three traps of the seed are avoided here (docs/query.md):
+
+- terms are joined with **OR**, not AND, so a natural-language question still matches;
+- FTS5's ``bm25()`` is *negative* (more negative = better); it is only used to order
+  candidates and, for the ``weighted`` mode, squashed as ``|bm25| / (1 + |bm25|)``;
+- the calibrated text score is the IDF-weighted share of the query's terms that the
+  chunk contains: 1.0 when every meaningful word is there, whatever the corpus size.
+
+Identifiers (``E-404``, ``POSTGRES_URL``, ``2026-01-20``, ``api/v2/users``, ``v2.3.0``) are
+phrases of several tokens or contain digits. They weigh more, and a chunk containing every
+identifier of the query (in its text or its path) scores at least ``IDENTIFIER_FLOOR``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shared import fts
+
+#: English function words: alone they match everything, so they are not searched for
+#: (unless the query has nothing else). Content words are never in this list.
+STOPWORDS = frozenset(
+    ["a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could", "did", "do", "does", "doing", "for", "from", "had", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our", "should", "so", "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "whom", "why", "will", "with", "would", "you", "your", "about", "again", "any"]
+)
+#: An identifier is rare and exact: it counts this many times an ordinary word of the same rarity.
+IDENTIFIER_WEIGHT = 3.0
+#: A chunk holding every identifier of the query scores at least this on the text side: above
+#: the default minScore 0.35 with margin, below a chunk that also holds the other words.
+IDENTIFIER_FLOOR = 0.8
+#: A path fragment shorter than this (``v2``) would match too many paths.
+MIN_PATH_FRAGMENT = 4
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_CJK_TOKEN = re.compile(f"^[{fts._CJK}]$")
+#: A query word that is an identifier: letters/digits joined by - _ . / : (trailing punctuation cut).
+_IDENT = re.compile(r"[0-9A-Za-z]+(?:[-_./:][0-9A-Za-z]+)+|[A-Za-z]*\d[0-9A-Za-z]*")
+
+
+def normalise(text: str) -> str:
+    """Lower case without diacritics: what ``unicode61 remove_diacritics 2`` compares."""
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+def token_string(text: str) -> str:
+    """The text as FTS5 sees it, as `` tok tok … `` so a phrase is a substring test."""
+    return " " + " ".join(_WORD.findall(normalise(fts.segment(text)))) + " "
+
+
+@dataclass(frozen=True)
+class Term:
+    phrase: str  # tokens separated by one space, normalised: an FTS5 phrase
+    identifier: bool
+
+
+@dataclass(frozen=True)
+class KeywordQuery:
+    terms: tuple[Term, ...]
+    #: Raw identifiers (``2026-01-20``) also looked for in chunk paths, lower case.
+    path_fragments: tuple[str, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.terms
+
+
+def parse(query: str) -> KeywordQuery:
+    """The query's search terms: stop words dropped, CJK runs as overlapping bigrams.
+
+    A CJK run (``部署方式``) is one phrase in ``shared.fts.query_terms``; as a whole it
+    matches only that exact run, so a question in Chinese would find nothing. Its bigrams
+    (``部署``, ``署方``, ``方式``) find every chunk sharing a word with it; the share found is the score.
+    """
+    terms: list[Term] = []
+    stop: list[Term] = []
+    for raw in fts.query_terms(query):
+        tokens = _WORD.findall(normalise(raw))
+        if not tokens:
+            continue
+        if all(_CJK_TOKEN.match(t) for t in tokens):
+            pairs = [" ".join(tokens[i:i + 2]) for i in range(max(len(tokens) - 1, 1))]
+            terms.extend(Term(p, identifier=False) for p in pairs)
+            continue
+        phrase = " ".join(tokens)
+        identifier = len(tokens) > 1 or any(ch.isdigit() for ch in phrase)
+        (stop if phrase in STOPWORDS else terms).append(Term(phrase, identifier))
+    unique = list({t.phrase: t for t in (terms or stop)}.values())
+    fragments = []
+    for match in _IDENT.finditer(query):
+        fragment = match.group(0).lower()
+        if len(fragment) >= MIN_PATH_FRAGMENT and any(ch.isdigit() for ch in fragment):
+            fragments.append(fragment)
+    return KeywordQuery(tuple(unique), tuple(dict.fromkeys(fragments)))
+
+
+@dataclass
+class TextEvidence:
+    """The keyword side's view of one chunk."""
+
+    rank: int | None  # 1-based BM25 rank, None if only its path matched
+    bm25: float | None  # FTS5's raw (negative) score
+    score: float  # calibrated 0..1
+    first_line: int | None  # 0-based line inside the chunk where a term occurs first
+
+
+class KeywordSearcher:
+    """Runs the keyword side on one open index connection (read-only)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self._vocab = False
+        self._df: dict[str, int] = {}
+        self._generation: str | None = None
+        self._total = 0
+
+    def refresh(self, generation: str | None) -> None:
+        """Forget document frequencies computed on an older index."""
+        if generation != self._generation:
+            self._generation = generation
+            self._df.clear()
+            (self._total,) = self.conn.execute("SELECT count(*) FROM chunks").fetchone()
+
+    def candidates(self, query: KeywordQuery, limit: int, source: str | None) -> list[tuple[int, float]]:
+        """(chunk id, bm25) of the best ``limit`` chunks by BM25 with the terms OR-ed."""
+        if query.empty:
+            return []
+        where, params = "", [fts.match_expression([t.phrase for t in query.terms])]
+        if source:
+            where, params = " AND c.source = ?", [*params, source]
+        sql = (
+            "SELECT f.rowid, bm25(f) AS b FROM chunks_fts f JOIN chunks c ON c.id = f.rowid "
+            f"WHERE f MATCH ?{where} ORDER BY b LIMIT ?"
+        )
+        return [(int(r), float(b)) for r, b in self.conn.execute(sql, (*params, limit))]
+
+    def path_candidates(self, query: KeywordQuery, limit: int, source: str | None) -> list[int]:
+        """Chunks whose path contains one of the query's identifiers (a date names a daily log)."""
+        found: list[int] = []
+        for fragment in query.path_fragments:
+            escaped = fragment.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            sql = "SELECT id FROM chunks WHERE lower(path) LIKE ? ESCAPE '\\'"
+            params: list[Any] = [f"%{escaped}%"]
+            if source:
+                sql += " AND source = ?"
+                params.append(source)
+            found += [r for (r,) in self.conn.execute(sql + " ORDER BY id LIMIT ?", (*params, limit))]
+        return list(dict.fromkeys(found))
+
+    def weights(self, query: KeywordQuery) -> list[float]:
+        """BM25's IDF of each term (× IDENTIFIER_WEIGHT for identifiers)."""
+        n = max(self._total, 1)
+        out = []
+        for term in query.terms:
+            df = self._document_frequency(term.phrase)
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            out.append(idf * (IDENTIFIER_WEIGHT if term.identifier else 1.0))
+        return out
+
+    def _document_frequency(self, phrase: str) -> int:
+        """Chunks holding the phrase's rarest token (an upper bound for the phrase, cheap to read)."""
+        if phrase not in self._df:
+            if not self._vocab:
+                self.conn.execute(
+                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.memoryd_vocab USING fts5vocab(main, chunks_fts, row)"
+                )
+                self._vocab = True
+            counts = []
+            for token in phrase.split():
+                row = self.conn.execute("SELECT doc FROM temp.memoryd_vocab WHERE term = ?", (token,)).fetchone()
+                counts.append(row[0] if row else 0)
+            self._df[phrase] = min(counts)
+        return self._df[phrase]
+
+
+def evidence(query: KeywordQuery, weights: Sequence[float], text: str, path: str,
+             rank: int | None, bm25: float | None) -> TextEvidence:
+    """The calibrated text score of one chunk: the weighted share of the terms it contains."""
+    if query.empty:
+        return TextEvidence(rank, bm25, 0.0, None)
+    haystack = token_string(text)
+    path_tokens = token_string(path)
+    total = sum(weights) or 1.0
+    matched = 0.0
+    identifiers_found = True
+    has_identifier = False
+    first_term: str | None = None
+    for term, weight in zip(query.terms, weights, strict=True):
+        needle = f" {term.phrase} "
+        in_text = needle in haystack
+        if in_text or (term.identifier and needle in path_tokens):
+            matched += weight
+            if in_text and first_term is None:
+                first_term = term.phrase
+        if term.identifier:
+            has_identifier = True
+            identifiers_found = identifiers_found and (in_text or needle in path_tokens)
+    score = matched / total
+    if has_identifier and identifiers_found:
+        score = max(score, IDENTIFIER_FLOOR)
+    return TextEvidence(rank, bm25, min(score, 1.0), _first_line(text, first_term))
+
+
+def _first_line(text: str, phrase: str | None) -> int | None:
+    if phrase is None:
+        return None
+    for number, line in enumerate(text.split("\n")):
+        if f" {phrase} " in token_string(line):
+            return number
+    return None
+
+
+def squash_bm25(bm25: float | None) -> float:
+    """The seed's text score with its sign bug fixed: |bm25| / (1 + |bm25|), in 0..1."""
+    if bm25 is None:
+        return 0.0
+    magnitude = abs(bm25)
+    return magnitude / (1.0 + magnitude)

@@ -1,0 +1,102 @@
+"""The query service's requests and answers: one set of pydantic models for HTTP, MCP and the CLI.
+
+Field names on the wire are the seed's camelCase (``maxResults``, ``startLine``); ``from`` is
+``from_`` in Python because ``from`` is a keyword. Optional fields that are unset are left
+out of the JSON, so an ordinary answer is exactly SPEC §5's shape plus ``mode``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+#: ``rrf``: the default, calibrated fusion (docs/query.md); ``weighted``: the seed's 0.7/0.3;
+#: ``keyword`` and ``vector``: one side alone, for benchmarks and ``--explain``.
+Fusion = Literal["rrf", "weighted", "keyword", "vector"]
+#: What actually answered: both sides, or one because the other was unavailable or not asked for.
+Mode = Literal["hybrid", "keyword-only", "vector-only"]
+
+#: A snippet is at most this many characters of its chunk (OpenClaw's cap).
+SNIPPET_MAX_CHARS = 700
+#: A query longer than this is not a question but a pasted document.
+QUERY_MAX_CHARS = 4000
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class SearchRequest(_Wire):
+    query: str = Field(min_length=1, max_length=QUERY_MAX_CHARS)
+    #: Unset = the agent's configured value.
+    max_results: int | None = Field(None, ge=1, le=100)
+    min_score: float | None = Field(None, ge=0, le=1)
+    fusion: Fusion | None = None
+    #: ``memory``, an extraPath's source name, or ``all`` (the default).
+    source: str | None = Field(None, min_length=1, max_length=64)
+    explain: bool = False
+
+
+class Explain(_Wire):
+    """How a result's score came about (``--explain``); ``None`` = that side did not find it."""
+
+    vector: float | None
+    vector_rank: int | None
+    text: float | None
+    text_rank: int | None
+    bm25: float | None
+    fused: float
+
+
+class SearchResult(_Wire):
+    path: str
+    start_line: int
+    end_line: int
+    score: float = Field(ge=0, le=1)
+    snippet: str = Field(max_length=SNIPPET_MAX_CHARS)
+    source: str
+    explain: Explain | None = None
+
+
+class SearchResponse(_Wire):
+    results: list[SearchResult]
+    provider: str
+    model: str
+    mode: Mode
+    fusion: Fusion
+    #: Why the answer is degraded (only when ``mode`` is not what was asked for).
+    reason: str | None = None
+
+
+class GetRequest(_Wire):
+    path: str = Field(min_length=1, max_length=1024)
+    from_: int = Field(1, ge=1, alias="from")
+    #: Unset = to the end of the file (up to the read cap).
+    lines: int | None = Field(None, ge=1)
+
+
+class GetResponse(_Wire):
+    path: str
+    text: str
+    #: Present only when the read was cut at the cap: where to continue, and why.
+    truncated: bool | None = None
+    next_from: int | None = None
+    note: str | None = None
+
+
+class AgentInfo(_Wire):
+    id: str
+    workspace: str
+    indexed: bool
+    chunks: int | None = None
+
+
+class AgentsResponse(_Wire):
+    agents: list[AgentInfo]
+
+
+def dump(model: BaseModel) -> dict:
+    """The wire form: camelCase, unset optionals left out."""
+    return model.model_dump(by_alias=True, exclude_none=True)

