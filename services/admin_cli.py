@@ -182,7 +182,7 @@ def _queues(settings: Settings) -> dict[str, Any]:
         conn = busmod.connect(url)
     except MemorydError as exc:
         return {"error": str(exc)}
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"watcher_last_reconcile": busmod.Bus(conn, settings).last_reconciled()}
     for stage, name in busmod.QUEUES.items():
         queue = Queue(name, connection=conn)
         out[stage] = {"pending": queue.count, "started": StartedJobRegistry(queue=queue).count,

@@ -1,9 +1,119 @@
-"""Placeholder: replaced by the module's owner."""
+"""Query commands: ``search``, ``get``, ``serve`` (HTTP) and ``mcp`` (stdio or streamable HTTP)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, get_args
+
+from services.query_models import Fusion, GetRequest, GetResponse, SearchRequest, SearchResponse, dump
+from shared.config import Settings
+
+if TYPE_CHECKING:
+    from services.query import QueryService
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    return None
+    p = sub.add_parser("search", parents=[common], help="memory_search: find snippets in an agent's memory")
+    p.add_argument("query", help="what to recall")
+    p.add_argument("--agent", default="main", help="agent id (default main)")
+    p.add_argument("--max-results", type=int, help="at most this many results (default: the agent's, 6)")
+    p.add_argument("--min-score", type=float, help="drop results below this score (default: the agent's, 0.35)")
+    p.add_argument("--fusion", choices=get_args(Fusion),
+                   help="rrf (default), weighted (the seed's 0.7/0.3), keyword or vector alone")
+    p.add_argument("--source", help="only this source: memory, an extraPath's source name, or all (default)")
+    p.add_argument("--explain", action="store_true", help="show each result's vector, text and fused score")
+    p.add_argument("--json", action="store_true", help="print the memory_search JSON")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("get", parents=[common], help="memory_get: print exact lines of a memory file")
+    p.add_argument("path", help="path as memory_search returns it, e.g. memory/2026-01-20.md")
+    p.add_argument("--agent", default="main", help="agent id (default main)")
+    p.add_argument("--from", dest="from_", type=int, default=1, help="first line, 1-based (default 1)")
+    p.add_argument("--lines", type=int, help="how many lines (default: to the end, capped)")
+    p.add_argument("--json", action="store_true", help="print the memory_get JSON")
+    p.set_defaults(func=cmd_get)
+
+    p = sub.add_parser("serve", parents=[common], help="run the HTTP query API (memory_search, memory_get)")
+    p.add_argument("--host", help="interface to listen on (default memoryd.server.host, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default memoryd.server.port, 8765)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("mcp", parents=[common], help="run the MCP server for one agent (stdio, or --http)")
+    p.add_argument("--agent", default="main", help="agent id (default main)")
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp instead of stdio")
+    p.add_argument("--host", help="with --http: interface (default memoryd.server.host)")
+    p.add_argument("--port", type=int, help="with --http: port (default memoryd.server.port + 1)")
+    p.set_defaults(func=cmd_mcp)
+
+
+def _service(settings: Settings) -> QueryService:
+    """Imported late: `memoryd --help` and the other commands should not load numpy and the model."""
+    from services.query import QueryService
+
+    return QueryService(settings)
+
+
+def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
+    request = SearchRequest(query=args.query, max_results=args.max_results, min_score=args.min_score,
+                            fusion=args.fusion, source=args.source, explain=args.explain)
+    answer = _service(settings).search(args.agent, request)
+    if args.json:
+        print(json.dumps(dump(answer), ensure_ascii=False, indent=2))
+    else:
+        print(format_search(answer))
+    return 0
+
+
+def format_search(answer: SearchResponse) -> str:
+    """Results for a person: score, place, then the snippet indented; --explain adds the parts."""
+    head = f"{len(answer.results)} results · {answer.mode} · fusion {answer.fusion} · {answer.provider} {answer.model}"
+    lines = [head] + ([f"  ({answer.reason})"] if answer.reason else [])
+    for r in answer.results:
+        lines.append(f"{r.score:.3f}  {r.path}:{r.start_line}-{r.end_line}  [{r.source}]")
+        if r.explain:
+            e = r.explain
+
+            def part(score: float | None, rank: int | None) -> str:
+                return "-" if score is None else f"{score:.3f}" + (f" (#{rank})" if rank else "")
+
+            lines.append(f"       vector {part(e.vector, e.vector_rank)}  text {part(e.text, e.text_rank)}  "
+                         f"bm25 {'-' if e.bm25 is None else f'{e.bm25:.2f}'}  fused {e.fused:.3f}")
+        lines += ["       " + line for line in r.snippet.splitlines()[:4]]
+    return "\n".join(lines)
+
+
+def cmd_get(args: argparse.Namespace, settings: Settings) -> int:
+    request = GetRequest(path=args.path, from_=args.from_, lines=args.lines)
+    answer: GetResponse = _service(settings).get(args.agent, request)
+    if args.json:
+        print(json.dumps(dump(answer), ensure_ascii=False, indent=2))
+    else:
+        print(answer.text)
+        if answer.note:
+            print(f"memoryd: {answer.note}", file=sys.stderr)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from services.query_http import create_app
+
+    server = settings.memoryd.server
+    uvicorn.run(create_app(settings), host=args.host or server.host, port=args.port or server.port,
+                log_level="warning")
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    from services.mcp_server import build_server
+
+    mcp = build_server(settings, args.agent, _service(settings))
+    if args.http:
+        server = settings.memoryd.server
+        mcp.run("streamable-http", host=args.host or server.host, port=args.port or server.port + 1)
+    else:
+        mcp.run("stdio")
+    return 0

@@ -26,9 +26,13 @@ from shared import fts
 
 #: English function words: alone they match everything, so they are not searched for
 #: (unless the query has nothing else). Content words are never in this list.
-STOPWORDS = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could", "did", "do", "does", "doing", "for", "from", "had", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our", "should", "so", "than", "that", "the", "their", "them", "then", "there", "these", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "whom", "why", "will", "with", "would", "you", "your", "about", "again", "any"]
-)
+STOPWORDS = frozenset({
+    "a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could", "did", "do", "does",
+    "doing", "for", "from", "had", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me",
+    "my", "of", "on", "or", "our", "should", "so", "than", "that", "the", "their", "them", "then", "there",
+    "these", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "whom", "why",
+    "will", "with", "would", "you", "your", "about", "again", "any",
+})
 #: An identifier is rare and exact: it counts this many times an ordinary word of the same rarity.
 IDENTIFIER_WEIGHT = 3.0
 #: A chunk holding every identifier of the query scores at least this on the text side: above
@@ -54,10 +58,34 @@ def token_string(text: str) -> str:
     return " " + " ".join(_WORD.findall(normalise(fts.segment(text)))) + " "
 
 
+#: Word endings cut before a word is matched as a prefix (``decided`` → ``decid*``): unicode61
+#: does not stem, and a question rarely uses the tense or number of the note it looks for.
+SUFFIXES = ("ing", "ed", "es", "s")
+#: A word shorter than this is matched exactly: ``api*`` would match ``apis`` but ``ab*`` everything.
+MIN_PREFIX = 4
+
+
 @dataclass(frozen=True)
 class Term:
     phrase: str  # tokens separated by one space, normalised: an FTS5 phrase
     identifier: bool
+    prefix: bool = False  # match any token starting with the (single-token) phrase
+
+    @property
+    def fts(self) -> str:
+        """The term as an FTS5 query atom, quoted so no query text is read as syntax."""
+        return '"' + self.phrase.replace('"', '""') + '"' + ("*" if self.prefix else "")
+
+    def found_in(self, tokens: str) -> bool:
+        """Whether ``tokens`` (a :func:`token_string`) holds the term."""
+        return (f" {self.phrase}" if self.prefix else f" {self.phrase} ") in tokens
+
+
+def _word_term(word: str) -> Term:
+    for suffix in SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= MIN_PREFIX:
+            return Term(word[: -len(suffix)], identifier=False, prefix=True)
+    return Term(word, identifier=False, prefix=len(word) >= MIN_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -89,8 +117,12 @@ def parse(query: str) -> KeywordQuery:
             terms.extend(Term(p, identifier=False) for p in pairs)
             continue
         phrase = " ".join(tokens)
-        identifier = len(tokens) > 1 or any(ch.isdigit() for ch in phrase)
-        (stop if phrase in STOPWORDS else terms).append(Term(phrase, identifier))
+        if phrase in STOPWORDS:
+            stop.append(Term(phrase, identifier=False))
+        elif len(tokens) > 1 or any(ch.isdigit() for ch in phrase):
+            terms.append(Term(phrase, identifier=True))
+        else:
+            terms.append(_word_term(phrase))
     unique = list({t.phrase: t for t in (terms or stop)}.values())
     fragments = []
     for match in _IDENT.finditer(query):
@@ -115,7 +147,8 @@ class KeywordSearcher:
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
-        self._vocab = False
+        # Outside any transaction: the snapshot's ROLLBACK would drop it again.
+        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memoryd_vocab USING fts5vocab(main, chunks_fts, row)")
         self._df: dict[str, int] = {}
         self._generation: str | None = None
         self._total = 0
@@ -131,12 +164,12 @@ class KeywordSearcher:
         """(chunk id, bm25) of the best ``limit`` chunks by BM25 with the terms OR-ed."""
         if query.empty:
             return []
-        where, params = "", [fts.match_expression([t.phrase for t in query.terms])]
+        where, params = "", [" OR ".join(t.fts for t in query.terms)]
         if source:
             where, params = " AND c.source = ?", [*params, source]
         sql = (
-            "SELECT f.rowid, bm25(f) AS b FROM chunks_fts f JOIN chunks c ON c.id = f.rowid "
-            f"WHERE f MATCH ?{where} ORDER BY b LIMIT ?"
+            "SELECT chunks_fts.rowid, bm25(chunks_fts) AS b FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
+            f"WHERE chunks_fts MATCH ?{where} ORDER BY b LIMIT ?"
         )
         return [(int(r), float(b)) for r, b in self.conn.execute(sql, (*params, limit))]
 
@@ -158,25 +191,27 @@ class KeywordSearcher:
         n = max(self._total, 1)
         out = []
         for term in query.terms:
-            df = self._document_frequency(term.phrase)
+            df = min(self._document_frequency(term), n)
             idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
             out.append(idf * (IDENTIFIER_WEIGHT if term.identifier else 1.0))
         return out
 
-    def _document_frequency(self, phrase: str) -> int:
-        """Chunks holding the phrase's rarest token (an upper bound for the phrase, cheap to read)."""
-        if phrase not in self._df:
-            if not self._vocab:
-                self.conn.execute(
-                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.memoryd_vocab USING fts5vocab(main, chunks_fts, row)"
-                )
-                self._vocab = True
+    def _document_frequency(self, term: Term) -> int:
+        """Chunks holding the term's rarest token (for a prefix: the sum over its words; an upper
+        bound either way, read from the FTS vocabulary without touching a document)."""
+        if term.fts not in self._df:
             counts = []
-            for token in phrase.split():
-                row = self.conn.execute("SELECT doc FROM temp.memoryd_vocab WHERE term = ?", (token,)).fetchone()
+            for token in term.phrase.split():
+                if term.prefix:
+                    row = self.conn.execute(
+                        "SELECT coalesce(sum(doc), 0) FROM temp.memoryd_vocab WHERE term >= ? AND term < ?",
+                        (token, token + "\U0010ffff"),
+                    ).fetchone()
+                else:
+                    row = self.conn.execute("SELECT doc FROM temp.memoryd_vocab WHERE term = ?", (token,)).fetchone()
                 counts.append(row[0] if row else 0)
-            self._df[phrase] = min(counts)
-        return self._df[phrase]
+            self._df[term.fts] = min(counts)
+        return self._df[term.fts]
 
 
 def evidence(query: KeywordQuery, weights: Sequence[float], text: str, path: str,
@@ -190,28 +225,28 @@ def evidence(query: KeywordQuery, weights: Sequence[float], text: str, path: str
     matched = 0.0
     identifiers_found = True
     has_identifier = False
-    first_term: str | None = None
+    first_term: Term | None = None
     for term, weight in zip(query.terms, weights, strict=True):
-        needle = f" {term.phrase} "
-        in_text = needle in haystack
-        if in_text or (term.identifier and needle in path_tokens):
+        in_text = term.found_in(haystack)
+        in_path = term.identifier and term.found_in(path_tokens)
+        if in_text or in_path:
             matched += weight
             if in_text and first_term is None:
-                first_term = term.phrase
+                first_term = term
         if term.identifier:
             has_identifier = True
-            identifiers_found = identifiers_found and (in_text or needle in path_tokens)
+            identifiers_found = identifiers_found and (in_text or in_path)
     score = matched / total
     if has_identifier and identifiers_found:
         score = max(score, IDENTIFIER_FLOOR)
     return TextEvidence(rank, bm25, min(score, 1.0), _first_line(text, first_term))
 
 
-def _first_line(text: str, phrase: str | None) -> int | None:
-    if phrase is None:
+def _first_line(text: str, term: Term | None) -> int | None:
+    if term is None:
         return None
     for number, line in enumerate(text.split("\n")):
-        if f" {phrase} " in token_string(line):
+        if term.found_in(token_string(line)):
             return number
     return None
 

@@ -151,6 +151,7 @@ class AgentWatch(FileSystemEventHandler):
         for p in gone:
             self.emitted[p.path] = ""
         self.bus.emit("index", gone)
+        self.bus.note_reconciled(self.agent_id)
         if changed or gone:
             log.info("agent %s: reconcile emitted %d changed, %d deleted", self.agent_id, len(changed), len(gone))
         return len(changed), len(gone)

@@ -38,6 +38,10 @@ JOBS = {
     "backfill": "services.embedder.backfill_job",
     "index": "services.indexer.index_job",
     "fill": "services.indexer.fill_job",
+    # the session service's jobs take ids, not events (services/session.py)
+    "flush": "services.session.flush_job",
+    "compact": "services.session.compact_job",
+    "session_memory": "services.session.session_memory_job",
 }
 #: Backoff between a failed job's retries, seconds.
 RETRY_INTERVALS = [1, 5, 20]
@@ -191,6 +195,12 @@ class Bus:
     def run_counts(self, run: str) -> dict[str, int]:
         raw = self.conn.hgetall(f"memoryd:run:{run}")
         return {k.decode(): int(v) for k, v in raw.items()}
+
+    def note_reconciled(self, agent: str) -> None:
+        self.conn.hset("memoryd:reconciled", agent, time.time())
+
+    def last_reconciled(self) -> dict[str, float]:
+        return {k.decode(): float(v) for k, v in self.conn.hgetall("memoryd:reconciled").items()}
 
     def note_missing_vectors(self, agent: str, missing: int) -> None:
         self.conn.hset("memoryd:missing-vectors", agent, missing)

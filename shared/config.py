@@ -32,6 +32,8 @@ DEFAULT_MAX_FILE_BYTES = 8 * 1024 * 1024
 #: OpenClaw's defaults for memory_search.
 DEFAULT_MAX_RESULTS = 6
 DEFAULT_MIN_SCORE = 0.35
+#: memory_get returns at most this many lines per call: a whole big file would flood the context.
+DEFAULT_MAX_READ_LINES = 2000
 #: The seed's weighted fusion: meaning counts more than wording.
 DEFAULT_VECTOR_WEIGHT = 0.7
 DEFAULT_TEXT_WEIGHT = 0.3
@@ -97,6 +99,7 @@ class QuerySettings(_Model):
     min_score: float = Field(DEFAULT_MIN_SCORE, ge=0, le=1)
     fusion: FusionMode = "rrf"
     hybrid: HybridSettings = HybridSettings()
+    max_read_lines: int = Field(DEFAULT_MAX_READ_LINES, ge=1, le=1_000_000)
 
 
 class SyncSettings(_Model):

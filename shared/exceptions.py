@@ -88,3 +88,10 @@ class BadRequest(MemorydError):
 class RedisUnavailable(MemorydError):
     code = "redis_unavailable"
     http_status = 503
+
+
+class MemoryFileMissing(MemorydError):
+    """memory_get of a path the agent may read but that does not exist (now)."""
+
+    code = "not_found"
+    http_status = 404

@@ -104,7 +104,7 @@ def requeue_orphans(queue: Queue) -> int:
             continue
         if _pid_alive(int(parts[1])):
             continue
-        registry.remove(job)
+        registry.remove_executions(job)
         queue.enqueue_job(job)
         moved += 1
         log.warning("requeued job %s orphaned by dead worker %s", job.id, name)

@@ -126,6 +126,8 @@ class Workspace:
             )
         root, rel = candidate
         absolute = root / rel
+        if root != self.directory and root.is_symlink():
+            raise PathRefused(f"path {path!r} goes through a symlinked folder; memory files must be real files")
         current = root
         for part in PurePosixPath(rel).parts:
             current = current / part

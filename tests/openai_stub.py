@@ -3,7 +3,7 @@
 ``/v1/embeddings`` returns deterministic feature-hash vectors; ``/v1/chat/completions``
 returns a scripted reply (default: the user lines that state a rule or decision, or
 ``NO_REPLY``). ``POST /control`` switches failure modes at run time: ``{"embeddings":
-"ok" | "500" | "429" | "quota"}``, ``{"chat": "ok" | "500"}``, ``{"reply": "text"}``.
+"ok" | "500" | "429" | "quota"}``, ``{"chat": "ok" | "500"}``, ``{"reply": "text"}``, ``{"delay": seconds}`` (per embeddings request).
 Every request is recorded and readable at ``GET /requests``.
 """
 
@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -37,6 +38,7 @@ class StubState:
     def __init__(self) -> None:
         self.modes: dict[str, str] = {"embeddings": "ok", "chat": "ok"}
         self.reply: str | None = None
+        self.delay = 0.0
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
 
@@ -82,6 +84,8 @@ def _handler(state: StubState) -> type[BaseHTTPRequestHandler]:
                             state.modes[key] = body[key]
                     if "reply" in body:
                         state.reply = body["reply"]
+                    if "delay" in body:
+                        state.delay = float(body["delay"])
                 self._send(200, {"ok": True})
                 return
             kind = "embeddings" if self.path.endswith("/embeddings") else "chat"
@@ -89,6 +93,9 @@ def _handler(state: StubState) -> type[BaseHTTPRequestHandler]:
                 state.requests.append({"path": self.path, "body": body})
                 mode = state.modes[kind]
                 reply = state.reply
+                delay = state.delay if kind == "embeddings" else 0.0
+            if delay:
+                time.sleep(delay)
             if mode == "500":
                 self._send(500, {"error": {"message": "stub is down", "type": "server_error"}})
             elif mode == "429":
@@ -129,13 +136,15 @@ class OpenAIStub:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
-    def set(self, **modes: str) -> None:
+    def set(self, **modes: str | float) -> None:
         with self.state.lock:
             for key, value in modes.items():
                 if key == "reply":
-                    self.state.reply = value
+                    self.state.reply = str(value)
+                elif key == "delay":
+                    self.state.delay = float(value)
                 else:
-                    self.state.modes[key] = value
+                    self.state.modes[key] = str(value)
 
     def requests(self, kind: str) -> list[dict[str, Any]]:
         with self.state.lock:

@@ -1,0 +1,64 @@
+"""Fusing the vector side and the keyword side into one score in 0..1. Pure functions.
+
+Two modes (docs/query.md explains every constant and shows the benchmark):
+
+``weighted`` — the seed's ``0.7 × vector + 0.3 × text`` with the text side's sign bug fixed
+(``|bm25| / (1 + |bm25|)``). A chunk found only by keyword scores at most 0.3 and so falls
+under the default minScore 0.35: exact identifiers can vanish. Kept because it is the
+seed's behaviour and the baseline of the benchmark.
+
+``rrf`` (the default) — *calibrated reciprocal-rank fusion*. Each side gives an absolute
+piece of evidence in 0..1: the cosine similarity, and the IDF-weighted share of the
+query's terms the chunk contains (with a floor for exact identifiers). They are combined
+as a noisy OR, ``1 − (1 − v)(1 − t)``: either side alone can carry a result over
+minScore, agreement raises it, and two weak signals stay weak. That evidence is then
+scaled by how well the chunk ranks on the sides that ran (reciprocal rank, ``k = 60``),
+so order follows agreement between the sides while the score keeps its absolute meaning:
+a chunk never scores more than its evidence, so ``minScore`` still means "at least this
+relevant", not "among the top few".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Cormack et al.'s RRF constant: ranks 1 and 10 differ by ~15%, not 10×.
+RRF_K = 60
+#: The share of the evidence a chunk keeps whatever its rank; the rest follows its ranks.
+#: At 0.75 the best chunk keeps its evidence and the 24th of one side keeps ~85% of it.
+RANK_FLOOR = 0.75
+
+
+@dataclass
+class Candidate:
+    """One chunk as both sides saw it. ``None`` = that side did not return it."""
+
+    chunk_id: int
+    vector: float | None = None
+    vector_rank: int | None = None
+    text: float | None = None  # calibrated text score (0..1)
+    text_rank: int | None = None
+    bm25: float | None = None
+    fused: float = 0.0
+
+
+def _clamp(x: float) -> float:
+    return min(max(x, 0.0), 1.0)
+
+
+def weighted(candidate: Candidate, vector_weight: float, text_weight: float, squashed_text: float) -> float:
+    """The seed's formula: ``vector_weight × cosine + text_weight × squashed BM25``, in 0..1."""
+    total = vector_weight + text_weight or 1.0
+    v = _clamp(candidate.vector or 0.0)
+    return _clamp((vector_weight * v + text_weight * squashed_text) / total)
+
+
+def calibrated_rrf(candidate: Candidate, sides: int) -> float:
+    """Noisy-OR of the two sides' evidence, scaled by the chunk's reciprocal ranks on ``sides`` sides."""
+    v = _clamp(candidate.vector or 0.0)
+    t = _clamp(candidate.text or 0.0)
+    evidence = 1.0 - (1.0 - v) * (1.0 - t)
+    ranks = [r for r in (candidate.vector_rank, candidate.text_rank) if r is not None]
+    best = max(sides, 1) / (RRF_K + 1)
+    agreement = sum(1.0 / (RRF_K + r) for r in ranks) / best
+    return _clamp(evidence * (RANK_FLOOR + (1.0 - RANK_FLOOR) * min(agreement, 1.0)))

@@ -1,0 +1,77 @@
+"""The MCP server: ``memory_search`` and ``memory_get`` for one agent, over stdio or streamable HTTP.
+
+``memoryd mcp --agent A`` speaks MCP on stdin/stdout (what an agent runtime launches);
+``memoryd mcp --agent A --http --port P`` serves streamable HTTP at ``/mcp``. One server
+answers for one agent, so an agent can never reach another's memory through it.
+
+The tool descriptions are the seed's (SPEC §5). Results are the same JSON as the HTTP
+API's, as structured content and as JSON text. memoryd errors become tool errors whose
+text starts with the error code (``path_refused: …``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field, ValidationError
+
+from services.query import QueryService
+from services.query_models import GetRequest, SearchRequest, dump
+from shared.config import Settings
+from shared.exceptions import MemorydError
+
+#: The seed's description of memory_search (SPEC §5), word for word.
+MEMORY_SEARCH_DESCRIPTION = (
+    "Mandatory recall step: semantically search MEMORY.md + memory/*.md before answering questions about "
+    "prior work, decisions, dates, people, preferences, or todos"
+)
+#: OpenClaw's description of memory_get.
+MEMORY_GET_DESCRIPTION = (
+    "Safe snippet read from MEMORY.md or memory/*.md with optional from/lines; use after memory_search to "
+    "pull only the needed lines and keep context small."
+)
+INSTRUCTIONS = "Search memory with memory_search, then read exact lines with memory_get."
+
+
+def _call(func: Any, model: type, **arguments: Any) -> dict[str, Any]:
+    try:
+        return dump(func(model.model_validate(arguments)))
+    except MemorydError as exc:
+        raise ToolError(f"{exc.code}: {exc}") from exc
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ToolError(f"bad_request: {problems}") from exc
+
+
+def build_server(settings: Settings, agent_id: str, service: QueryService | None = None) -> MCPServer:
+    service = service or QueryService(settings)
+    query = settings.agent(agent_id).memory_search.query  # unknown agent → UnknownAgent, before serving
+    server = MCPServer(name="memoryd", instructions=INSTRUCTIONS)
+
+    def memory_search(
+        query: Annotated[str, Field(description="What to recall, in natural language or exact words")],
+        maxResults: Annotated[int, Field(ge=1, le=100, description="At most this many results")] = query.max_results,
+        minScore: Annotated[float, Field(ge=0, le=1, description="Drop results scoring below this")] = query.min_score,
+    ) -> dict[str, Any]:
+        return _call(lambda r: service.search(agent_id, r), SearchRequest, query=query, maxResults=maxResults,
+                     minScore=minScore)
+
+    def memory_get(**arguments: Any) -> dict[str, Any]:
+        return _call(lambda r: service.get(agent_id, r), GetRequest, **arguments)
+
+    # ``from`` is a Python keyword: the tool's parameters are declared by signature, and the
+    # SDK passes them by their aliases, which **arguments receives.
+    memory_get.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+        inspect.Parameter("path", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[
+            str, Field(description="Path from a memory_search result, e.g. memory/2026-01-20.md")]),
+        inspect.Parameter("from_", inspect.Parameter.KEYWORD_ONLY, default=1, annotation=Annotated[
+            int, Field(alias="from", ge=1, description="First line to read (1-based)")]),
+        inspect.Parameter("lines", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+            int | None, Field(ge=1, description="How many lines; default to the end (capped)")]),
+    ], return_annotation=dict[str, Any])
+    server.add_tool(memory_search, name="memory_search", description=MEMORY_SEARCH_DESCRIPTION)
+    server.add_tool(memory_get, name="memory_get", description=MEMORY_GET_DESCRIPTION)
+    return server

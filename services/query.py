@@ -1,0 +1,344 @@
+"""The query service's engine: ``memory_search`` and ``memory_get`` for every configured agent.
+
+One :class:`QueryService` per process (HTTP server, MCP server, CLI). It opens each agent's
+index read-only and lazily, and before every search checks two things, both cheap: the
+file's inode (a rebuild swaps in a new file: reopen and reload) and ``meta.generation``
+(bumped by every committed write: refresh the in-memory vectors and document
+frequencies). A search runs in one read transaction, so it sees one committed state and
+never blocks the indexer (WAL).
+
+Search: the vector side (services/query_vectors.py) and the keyword side
+(services/query_keyword.py) each return ``maxResults × candidateMultiplier`` candidates;
+services/fusion.py scores their union. Reads: ``memory_get`` goes through
+``Workspace.resolve`` (the path refusals) and reads the file itself, never the index.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from services import fusion, query_keyword
+from services.query_models import (
+    SNIPPET_MAX_CHARS,
+    AgentInfo,
+    AgentsResponse,
+    Explain,
+    GetRequest,
+    GetResponse,
+    SearchRequest,
+    SearchResponse,
+    SearchResult,
+)
+from services.query_vectors import VectorMatrix, single_blas_thread
+from shared import providers, sqlitedb
+from shared.config import AgentConfig, Settings
+from shared.exceptions import ConfigError, IndexMissing, MemoryFileMissing, PathRefused, ProviderError
+from shared.store import META_DIMS, META_EMBEDDER, META_GENERATION
+from shared.workspace import Workspace
+
+#: Query embeddings kept per process: agents repeat questions, and MiniLM takes ~5–10 ms a query.
+QUERY_CACHE_SIZE = 1024
+
+
+class AgentIndex:
+    """One agent's index as the query service sees it. Use :meth:`snapshot` for every read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.conn: Any = None
+        self.identity: tuple[int, int] | None = None
+        self.generation: str | None = None
+        self.embedder: str | None = None
+        self.vectors: VectorMatrix | None = None
+        self.keyword: query_keyword.KeywordSearcher | None = None
+        self.lock = threading.Lock()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[AgentIndex]:
+        """Hold the index at its latest committed state for the duration of the block."""
+        with self.lock:
+            self._reopen_if_replaced()
+            self.conn.execute("BEGIN")
+            try:
+                self._refresh()
+                yield self
+            finally:
+                self.conn.execute("ROLLBACK")
+
+    def _reopen_if_replaced(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self.close()
+            raise IndexMissing(f"no index at {self.path}; start the pipeline (`memoryd up`) or run "
+                               "`memoryd index`") from None
+        identity = (st.st_dev, st.st_ino)
+        if identity != self.identity:
+            self.close()
+            self.conn = sqlitedb.connect(self.path, readonly=True)
+            self.identity = identity
+            self.keyword = query_keyword.KeywordSearcher(self.conn)
+
+    def _refresh(self) -> None:
+        generation = self._meta(META_GENERATION)
+        if generation == self.generation and self.keyword is not None:
+            return
+        self.embedder = self._meta(META_EMBEDDER)
+        dims = self._meta(META_DIMS)
+        if dims is None:
+            self.vectors = None
+        else:
+            if self.vectors is None or self.vectors.dims != int(dims):
+                self.vectors = VectorMatrix(int(dims))
+            self.vectors.refresh(self.conn)
+        assert self.keyword is not None
+        self.keyword.refresh(generation)
+        self.generation = generation
+
+    def _meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def chunks(self, ids: list[int]) -> dict[int, tuple[str, str, int, int, str]]:
+        """id → (path, source, start_line, end_line, text) of the chunks that still exist."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self.conn.execute(
+            f"SELECT id, path, source, start_line, end_line, text FROM chunks WHERE id IN ({marks})", ids
+        )
+        return {r[0]: r[1:] for r in rows}
+
+    def chunk_count(self) -> int:
+        with self.snapshot():
+            return int(self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
+        self.identity = None
+        self.generation = None
+        self.vectors = None
+        self.keyword = None
+
+
+@dataclass
+class _Vectors:
+    """The vector side's outcome for one search: the query vector, or why there is none."""
+
+    query: np.ndarray | None
+    reason: str | None
+
+
+class QueryService:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._indexes: dict[str, AgentIndex] = {}
+        self._providers: dict[str, list[providers.Provider]] = {}
+        self._query_cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        single_blas_thread()
+
+    # --- agents ------------------------------------------------------------------------
+    def agent(self, agent_id: str) -> AgentConfig:
+        return self.settings.agent(agent_id)
+
+    def index(self, agent_id: str) -> AgentIndex:
+        self.agent(agent_id)  # unknown agent → UnknownAgent
+        with self._lock:
+            if agent_id not in self._indexes:
+                self._indexes[agent_id] = AgentIndex(self.settings.index_path(agent_id))
+            return self._indexes[agent_id]
+
+    def agents(self) -> AgentsResponse:
+        infos = []
+        for agent_id in self.settings.agent_ids():
+            path = self.settings.index_path(agent_id)
+            chunks = self.index(agent_id).chunk_count() if path.exists() else None
+            infos.append(AgentInfo(id=agent_id, workspace=str(self.agent(agent_id).workspace),
+                                   indexed=path.exists(), chunks=chunks))
+        return AgentsResponse(agents=infos)
+
+    def close(self) -> None:
+        for index in self._indexes.values():
+            with index.lock:
+                index.close()
+
+    # --- memory_search -----------------------------------------------------------------
+    def search(self, agent_id: str, request: SearchRequest) -> SearchResponse:
+        agent = self.agent(agent_id)
+        search = agent.memory_search
+        q = search.query
+        max_results = request.max_results or q.max_results
+        min_score = q.min_score if request.min_score is None else request.min_score
+        mode = request.fusion or q.fusion
+        source = None if request.source in (None, "all") else request.source
+        limit = max_results * q.hybrid.candidate_multiplier
+        provider_name, model, _ = providers.describe(search)
+        keyword_query = query_keyword.parse(request.query)
+
+        with self.index(agent_id).snapshot() as index:
+            vectors = _Vectors(None, None)
+            if mode != "keyword":
+                vectors = self._query_vector(agent, index, request.query)
+            cands: dict[int, fusion.Candidate] = {}
+            if vectors.query is not None and index.vectors is not None:
+                for hit in index.vectors.search(vectors.query, limit, source):
+                    cands[hit.chunk_id] = fusion.Candidate(hit.chunk_id, vector=hit.score, vector_rank=hit.rank)
+            text_side = mode != "vector" or vectors.query is None
+            if text_side:
+                assert index.keyword is not None
+                hits = index.keyword.candidates(keyword_query, limit, source)
+                for rank, (cid, bm25) in enumerate(hits, start=1):
+                    c = cands.setdefault(cid, fusion.Candidate(cid))
+                    c.text_rank, c.bm25 = rank, bm25
+                for cid in index.keyword.path_candidates(keyword_query, limit, source):
+                    cands.setdefault(cid, fusion.Candidate(cid))
+            rows = index.chunks(list(cands))
+            weights = index.keyword.weights(keyword_query) if text_side and index.keyword else []
+            results = self._score(cands, rows, keyword_query, weights, mode, agent, text_side,
+                                  vectors.query is not None, request.explain)
+
+        results = [r for r in results if r.score >= min_score][:max_results]
+        vector_side = vectors.query is not None
+        answered = "hybrid" if vector_side and text_side else ("vector-only" if vector_side else "keyword-only")
+        return SearchResponse(results=results, provider=provider_name, model=model, mode=answered,
+                              fusion=mode, reason=vectors.reason)
+
+    def _score(self, cands: dict[int, fusion.Candidate], rows: dict[int, tuple[str, str, int, int, str]],
+               keyword_query: query_keyword.KeywordQuery, weights: list[float], mode: str,
+               agent: AgentConfig, text_side: bool, vector_side: bool, explain: bool) -> list[SearchResult]:
+        hybrid = agent.memory_search.query.hybrid
+        sides = int(text_side) + int(vector_side)
+        scored: list[tuple[float, int, int, SearchResult]] = []
+        for cid, c in cands.items():
+            if cid not in rows:
+                continue  # deleted between the vector matrix's refresh and now: cannot happen in one snapshot
+            path, source, start, end, text = rows[cid]
+            first_line = None
+            if text_side:
+                ev = query_keyword.evidence(keyword_query, weights, text, path, c.text_rank, c.bm25)
+                c.text, first_line = ev.score, ev.first_line
+            if mode == "weighted":
+                c.fused = fusion.weighted(c, hybrid.vector_weight if vector_side else 0.0,
+                                          hybrid.text_weight if text_side else 0.0,
+                                          query_keyword.squash_bm25(c.bm25))
+            else:
+                c.fused = fusion.calibrated_rrf(c, sides)
+            result = SearchResult(
+                path=path, start_line=start, end_line=end, score=round(c.fused, 4),
+                snippet=snippet(text, first_line), source=source,
+                explain=_explain(c) if explain else None,
+            )
+            scored.append((-c.fused, c.text_rank or 10**9, c.vector_rank or 10**9, result))
+        scored.sort(key=lambda item: item[:3])
+        return [item[3] for item in scored]
+
+    def _query_vector(self, agent: AgentConfig, index: AgentIndex, text: str) -> _Vectors:
+        """The query's vector in the index's vector space, or why vectors cannot be used."""
+        if index.vectors is None or not len(index.vectors):
+            return _Vectors(None, f"index of agent {agent.id!r} has no vectors yet: answered by keyword")
+        try:
+            chain = self._chain(agent)
+        except ConfigError as exc:
+            return _Vectors(None, f"no embedding provider: {exc}")
+        if not chain:
+            return _Vectors(None, "embedding provider is 'none': answered by keyword")
+        if chain[0].embedder != index.embedder:
+            return _Vectors(None, f"index holds vectors of {index.embedder!r}, the configured provider makes "
+                                  f"{chain[0].embedder!r}; they are not mixed. Rebuild with `memoryd index "
+                                  f"--agent {agent.id}` (keyword-only until then)")
+        key = (chain[0].embedder, text)
+        with self._lock:
+            cached = self._query_cache.get(key)
+            if cached is not None:
+                self._query_cache.move_to_end(key)
+                return _Vectors(cached, None)
+        errors = []
+        for provider in chain:
+            try:
+                vector = np.asarray(provider.embed_query(text), dtype=np.float32)
+            except ProviderError as exc:
+                errors.append(str(exc))
+                continue
+            with self._lock:
+                self._query_cache[key] = vector
+                while len(self._query_cache) > QUERY_CACHE_SIZE:
+                    self._query_cache.popitem(last=False)
+            return _Vectors(vector, None)
+        return _Vectors(None, "embedding the query failed (" + "; ".join(errors) + "): answered by keyword")
+
+    def _chain(self, agent: AgentConfig) -> list[providers.Provider]:
+        with self._lock:
+            if agent.id not in self._providers:
+                self._providers[agent.id] = providers.resolve(agent.memory_search)
+            return self._providers[agent.id]
+
+    # --- memory_get --------------------------------------------------------------------
+    def get(self, agent_id: str, request: GetRequest) -> GetResponse:
+        agent = self.agent(agent_id)
+        found = Workspace(agent).resolve(request.path)
+        lines = _read_lines(found.absolute, request.path)
+        cap = agent.memory_search.query.max_read_lines
+        start = request.from_ - 1
+        if start >= len(lines) and lines:
+            return GetResponse(path=found.path, text="",
+                               note=f"{found.path} has {len(lines)} lines; from={request.from_} is past its end")
+        wanted = len(lines) - start if request.lines is None else request.lines
+        count = min(wanted, cap)
+        text = "\n".join(lines[start:start + count])
+        if count < wanted and start + count < len(lines):
+            return GetResponse(path=found.path, text=text, truncated=True, next_from=request.from_ + count,
+                               note=f"read capped at {cap} lines (memorySearch.query.maxReadLines); continue "
+                                    f"with from={request.from_ + count}")
+        return GetResponse(path=found.path, text=text)
+
+
+def _read_lines(absolute: Path, path: str) -> list[str]:
+    """The file's lines, opened without following a symlink swapped in after the checks."""
+    try:
+        fd = os.open(absolute, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise MemoryFileMissing(f"memory file {path!r} does not exist; memory_search lists the files that do") \
+            from None
+    except OSError as exc:
+        raise PathRefused(f"path {path!r} cannot be opened as a regular file ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise PathRefused(f"path {path!r} is not a regular file")
+        data = handle.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PathRefused(f"path {path!r} is not UTF-8 text") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # a final newline ends the last line; it does not start another
+    return lines
+
+
+def snippet(text: str, first_line: int | None) -> str:
+    """At most SNIPPET_MAX_CHARS of the chunk: from its first keyword hit when the whole does not fit."""
+    if len(text) <= SNIPPET_MAX_CHARS or not first_line:
+        return text[:SNIPPET_MAX_CHARS]
+    lines = text.split("\n")
+    return "\n".join(lines[first_line:])[:SNIPPET_MAX_CHARS]
+
+
+def _explain(c: fusion.Candidate) -> Explain:
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, 4)
+
+    return Explain(vector=r(c.vector), vector_rank=c.vector_rank, text=r(c.text), text_rank=c.text_rank,
+                   bm25=r(c.bm25), fused=round(c.fused, 4))

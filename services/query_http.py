@@ -1,0 +1,84 @@
+"""The HTTP JSON API of the query service (FastAPI). ``memoryd serve`` runs it under uvicorn.
+
+    POST /v1/agents/{agent}/memory_search   SearchRequest → SearchResponse
+    POST /v1/agents/{agent}/memory_get      GetRequest    → GetResponse
+    GET  /v1/agents                          the configured agents and their indexes
+    GET  /healthz                            liveness
+    GET  /openapi.json, /docs                the schema
+
+Every error is ``{"error": {"code": ..., "message": ...}}`` with the status of the
+exception class (shared/exceptions.py); request validation errors are ``bad_request``
+(422). Other services mount their routers with ``create_app(settings, routers=[...])``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from services.query import QueryService
+from services.query_models import AgentsResponse, GetRequest, GetResponse, SearchRequest, SearchResponse, dump
+from shared.config import Settings
+from shared.exceptions import MemorydError
+
+API_VERSION = "1"
+
+
+def error_body(code: str, message: str) -> dict:
+    return {"error": {"code": code, "message": message}}
+
+
+def query_router(service: QueryService) -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["memory"])
+
+    @router.post("/agents/{agent}/memory_search", response_model=SearchResponse, response_model_exclude_none=True,
+                 summary="Search the agent's memory (vector + keyword, fused)")
+    def memory_search(agent: str, request: SearchRequest) -> JSONResponse:
+        return JSONResponse(dump(service.search(agent, request)))
+
+    @router.post("/agents/{agent}/memory_get", response_model=GetResponse, response_model_exclude_none=True,
+                 summary="Read exact lines of one of the agent's memory files")
+    def memory_get(agent: str, request: GetRequest) -> JSONResponse:
+        return JSONResponse(dump(service.get(agent, request)))
+
+    @router.get("/agents", response_model=AgentsResponse, summary="The configured agents and their indexes")
+    def agents() -> JSONResponse:
+        return JSONResponse(dump(service.agents()))
+
+    return router
+
+
+def create_app(settings: Settings, routers: Sequence[APIRouter] = (), service: QueryService | None = None) -> FastAPI:
+    """The HTTP app: the query routes, then ``routers`` (e.g. the session service's), one error shape."""
+    service = service or QueryService(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        service.close()
+
+    app = FastAPI(title="memoryd", version=API_VERSION, lifespan=lifespan,
+                  description="Agent memory: memory_search and memory_get over each agent's Markdown memory.")
+    app.state.query = service
+
+    @app.exception_handler(MemorydError)
+    async def memoryd_error(_: Request, exc: MemorydError) -> JSONResponse:
+        return JSONResponse(error_body(exc.code, str(exc)), status_code=exc.http_status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        return JSONResponse(error_body("bad_request", problems), status_code=422)
+
+    @app.get("/healthz", tags=["ops"], summary="Liveness")
+    def healthz() -> dict:
+        return {"status": "ok", "agents": len(settings.agent_ids())}
+
+    app.include_router(query_router(service))
+    for router in routers:
+        app.include_router(router)
+    return app

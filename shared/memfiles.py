@@ -1,0 +1,86 @@
+"""The only two ways the session service writes memory, both append-only by construction.
+
+- :func:`append_daily` appends to ``memory/YYYY-MM-DD.md``: ``O_APPEND`` (never truncates),
+  an exclusive ``flock`` (concurrent writers never interleave), one ``write``.
+- :func:`save_note` creates ``memory/YYYY-MM-DD-<slug>.md`` with ``O_EXCL``: an existing
+  note is never replaced; a second note on the same topic gets ``-2``, ``-3``, ….
+
+The paths are built here from a date and a slug, never taken from model output, and
+neither ``memory/`` nor the file may be a symlink: nothing else in the workspace —
+MEMORY.md, SOUL.md, AGENTS.md — can be reached through these functions.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+from datetime import date
+from pathlib import Path
+
+from shared.exceptions import PathRefused
+
+MEMORY_DIR = "memory"
+#: Slugs are file-name parts: short, lowercase, hyphenated.
+MAX_SLUG_CHARS = 40
+_APPEND = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def memory_dir(workspace: Path) -> Path:
+    directory = workspace / MEMORY_DIR
+    if directory.is_symlink():
+        raise PathRefused(f"{directory} is a symlink; the session service writes only into a real memory/ folder")
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def daily_path(day: date) -> str:
+    return f"{MEMORY_DIR}/{day.isoformat()}.md"
+
+
+def append_daily(workspace: Path, day: date, text: str) -> str:
+    """Append ``text`` (as its own block) to the day's log; → its workspace-relative path."""
+    path = memory_dir(workspace) / f"{day.isoformat()}.md"
+    fd = os.open(path, _APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        block = text.strip("\n") + "\n"
+        if size:
+            last = os.pread(fd, 1, size - 1)
+            block = ("\n" if last == b"\n" else "\n\n") + block
+        data = block.encode("utf-8")
+        written = 0
+        while written < len(data):
+            written += os.write(fd, data[written:])
+    finally:
+        os.close(fd)
+    return daily_path(day)
+
+
+def slugify(raw: str | None) -> str | None:
+    if not raw:
+        return None
+    slug = re.sub(r"[^a-z0-9]+", "-", raw.lower()).strip("-")[:MAX_SLUG_CHARS].strip("-")
+    return slug or None
+
+
+def save_note(workspace: Path, day: date, slug: str, text: str) -> str:
+    """Create ``memory/<day>-<slug>.md`` (or ``-<slug>-2.md`` …) holding ``text``; → its path."""
+    directory = memory_dir(workspace)
+    data = (text.strip("\n") + "\n").encode("utf-8")
+    for n in range(1, 1000):
+        name = f"{day.isoformat()}-{slug}{'' if n == 1 else f'-{n}'}.md"
+        try:
+            fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o644)
+        except FileExistsError:
+            continue
+        try:
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
+        finally:
+            os.close(fd)
+        return f"{MEMORY_DIR}/{name}"
+    raise PathRefused(f"999 notes named {day.isoformat()}-{slug}*.md already exist in {directory}")

@@ -1,0 +1,141 @@
+"""Real service processes for integration tests: ``memoryd watcher`` and ``memoryd worker …``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from shared.config import Settings
+from shared.events import parse_event
+from shared.exceptions import IndexMissing
+from shared.store import IndexReader
+
+SERVICES = {
+    "watcher": ["watcher"],
+    "chunk": ["worker", "chunk"],
+    "embed": ["worker", "embed"],
+    "index": ["worker", "index"],
+}
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail with its last value."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
+
+
+class Pipeline:
+    """The services as subprocesses against one Redis database and one config file."""
+
+    def __init__(self, config: Path, redis_url: str, settings: Settings, log_dir: Path) -> None:
+        self.config = config
+        self.redis_url = redis_url
+        self.settings = settings
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.conn = redis.Redis.from_url(redis_url)
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ, REDIS_URL=self.redis_url, MEMORYD_CONFIG=str(self.config))
+
+    def start(self, *names: str) -> None:
+        for name in names or tuple(SERVICES):
+            log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "services.cli", *SERVICES[name]],
+                env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+            )
+
+    def kill9(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.procs.clear()
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "services.cli", *args], env=self.env(),
+                              capture_output=True, text=True, check=check, timeout=300)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in self.log_dir.glob("*.log"))
+
+    # --- looking at the results ----------------------------------------------------------
+    def events(self, agent: str, type_: str, path: str | None = None) -> list[Any]:
+        out = []
+        for _, fields in self.conn.xrange(f"memoryd:log:{agent}"):
+            if fields[b"type"].decode() == type_:
+                event = parse_event(fields[b"event"])
+                if path is None or getattr(event, "path", None) == path:
+                    out.append(event)
+        return out
+
+    def query(self, agent: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        try:
+            reader = IndexReader(self.settings.index_path(agent))
+        except IndexMissing:
+            return []
+        try:
+            return reader.conn.execute(sql, params).fetchall()
+        finally:
+            reader.close()
+
+    def chunks(self, agent: str, path: str) -> list[tuple[Any, ...]]:
+        return self.query(agent, "SELECT id, start_line, end_line, hash, text, has_vector FROM chunks "
+                                 "WHERE path = ? ORDER BY start_line, id", (path,))
+
+    def keyword(self, agent: str, phrase: str) -> list[str]:
+        from shared.fts import match_expression, query_terms
+
+        rows = self.query(agent, "SELECT c.path FROM chunks_fts f JOIN chunks c ON c.id = f.rowid "
+                                 "WHERE chunks_fts MATCH ?", (match_expression(query_terms(phrase), operator="AND"),))
+        return sorted({r[0] for r in rows})
+
+    def drained(self) -> bool:
+        from rq import Queue
+        from rq.registry import StartedJobRegistry
+
+        from shared.bus import QUEUES
+
+        for name in (QUEUES["chunk"], QUEUES["embed"], QUEUES["index"]):
+            q = Queue(name, connection=self.conn)
+            if q.count or StartedJobRegistry(queue=q).count:
+                return False
+        return True
+
+
+def snapshot(settings: Settings, agent: str) -> dict[str, Any]:
+    """What must be equal between two indexes of the same files."""
+    reader = IndexReader(settings.index_path(agent))
+    try:
+        q = reader.conn.execute
+        return {
+            "files": sorted(q("SELECT path, hash, status FROM files WHERE status != 'deleted'").fetchall()),
+            "chunks": sorted(q("SELECT path, start_line, end_line, hash, text, has_vector FROM chunks").fetchall()),
+            "vectors": q("SELECT count(*) FROM chunk_vectors").fetchone()[0],
+            "fts": q("SELECT count(*) FROM chunks_fts").fetchone()[0],
+        }
+    finally:
+        reader.close()

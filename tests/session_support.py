@@ -1,0 +1,62 @@
+"""Helpers for the session tests: a settable clock, exact-size texts, a session worker run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import redis
+
+from services.session import Sessions
+from shared.bus import Bus
+from shared.chunking import count_tokens
+from shared.config import Settings
+from shared.worker import run_worker
+
+__all__ = ["UTC", "Clock", "drain", "lines", "llm_extra", "logged", "sessions", "words"]
+
+
+
+class Clock:
+    """An injected clock: ``clock()`` is now; ``clock.advance(minutes=5)`` moves it."""
+
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> datetime:
+        self.now += timedelta(**delta)
+        return self.now
+
+
+def words(tokens: int, word: str = "go") -> str:
+    """A text of exactly ``tokens`` cl100k tokens."""
+    text = word + f" {word}" * (tokens - 1)
+    assert count_tokens(text) == tokens
+    return text
+
+
+def sessions(settings: Settings, url: str, clock: Clock | None = None) -> Sessions:
+    bus = Bus(redis.Redis.from_url(url), settings)
+    return Sessions(settings, bus, clock=clock) if clock else Sessions(settings, bus)
+
+
+def drain(settings: Settings, url: str) -> None:
+    """Run the session queue's real RQ worker in this process until the queue is empty."""
+    run_worker("session", settings, redis.Redis.from_url(url), burst=True)
+
+
+def logged(url: str, agent: str = "main") -> list[str]:
+    """Event types in the agent's log stream, oldest first."""
+    conn = redis.Redis.from_url(url)
+    return [fields[b"type"].decode() for _, fields in conn.xrange(f"memoryd:log:{agent}")]
+
+
+def llm_extra(base_url: str) -> dict:
+    return {"memoryd": {"llm": {"baseUrl": base_url, "model": "stub-chat"}}}
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()

@@ -1,0 +1,121 @@
+"""The scoring math (services/fusion.py) and the keyword side's query parsing (services/query_keyword.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from services import fusion, query_keyword
+from services.fusion import Candidate
+from shared.config import DEFAULT_MIN_SCORE, DEFAULT_TEXT_WEIGHT, DEFAULT_VECTOR_WEIGHT
+
+
+def test_weighted_is_the_seeds_formula() -> None:
+    c = Candidate(1, vector=0.8, vector_rank=1, bm25=-3.0, text_rank=1)
+    text = query_keyword.squash_bm25(c.bm25)
+    assert fusion.weighted(c, 0.7, 0.3, text) == pytest.approx(0.7 * 0.8 + 0.3 * 0.75)
+
+
+def test_weighted_caps_a_keyword_only_hit_at_the_text_weight_so_min_score_drops_it() -> None:
+    """The seed's trap, kept in ``weighted`` on purpose: an exact ID found only by keyword vanishes."""
+    c = Candidate(1, bm25=-1e9, text_rank=1)
+    score = fusion.weighted(c, DEFAULT_VECTOR_WEIGHT, DEFAULT_TEXT_WEIGHT, query_keyword.squash_bm25(c.bm25))
+    assert score == pytest.approx(DEFAULT_TEXT_WEIGHT)
+    assert score < DEFAULT_MIN_SCORE
+
+
+def test_squashed_bm25_reads_negative_scores_and_keeps_their_order() -> None:
+    """The old ``1/(1+max(0, rank))`` gave every (negative) BM25 score 1.0."""
+    strong, weak = query_keyword.squash_bm25(-8.0), query_keyword.squash_bm25(-0.5)
+    assert 0 < weak < strong < 1
+    assert query_keyword.squash_bm25(None) == 0.0
+
+
+def test_calibrated_rrf_lets_an_exact_keyword_hit_pass_min_score() -> None:
+    c = Candidate(1, text=query_keyword.IDENTIFIER_FLOOR, text_rank=1)
+    assert fusion.calibrated_rrf(c, sides=2) > DEFAULT_MIN_SCORE
+
+
+def test_calibrated_rrf_never_exceeds_the_evidence_and_stays_in_0_1() -> None:
+    for v in (0.0, 0.2, 0.5, 0.9, 1.0, 1.3, -0.4):
+        for t in (None, 0.0, 0.3, 1.0):
+            for ranks in ((1, 1), (1, None), (None, 7), (24, 24)):
+                c = Candidate(1, vector=v, vector_rank=ranks[0], text=t, text_rank=ranks[1])
+                evidence = 1 - (1 - min(max(v, 0), 1)) * (1 - (t or 0))
+                score = fusion.calibrated_rrf(c, sides=2)
+                assert 0.0 <= score <= 1.0
+                assert score <= evidence + 1e-9
+
+
+def test_calibrated_rrf_rewards_agreement_and_rank() -> None:
+    both = fusion.calibrated_rrf(Candidate(1, vector=0.5, vector_rank=1, text=0.5, text_rank=1), sides=2)
+    vector_alone = fusion.calibrated_rrf(Candidate(1, vector=0.5, vector_rank=1), sides=2)
+    lower_rank = fusion.calibrated_rrf(Candidate(1, vector=0.5, vector_rank=20), sides=2)
+    assert both > vector_alone > lower_rank
+
+
+def test_calibrated_rrf_keeps_weak_signals_weak() -> None:
+    """Unrelated chunks (low cosine, one common word) stay under the default minScore."""
+    c = Candidate(1, vector=0.15, vector_rank=1, text=0.1, text_rank=1)
+    assert fusion.calibrated_rrf(c, sides=2) < DEFAULT_MIN_SCORE
+
+
+def test_one_sided_search_is_not_penalised_for_the_missing_side() -> None:
+    c = Candidate(1, text=0.9, text_rank=1)
+    assert fusion.calibrated_rrf(c, sides=1) == pytest.approx(0.9)
+
+
+def test_natural_language_questions_drop_stop_words_and_or_the_rest() -> None:
+    q = query_keyword.parse("What did we decide about the API?")
+    assert [t.phrase for t in q.terms] == ["decide", "api"]
+    assert all(not t.identifier for t in q.terms)
+
+
+def test_a_question_of_only_stop_words_still_searches() -> None:
+    assert [t.phrase for t in query_keyword.parse("what is it").terms] == ["what", "is", "it"]
+
+
+def test_words_match_their_other_forms_by_prefix() -> None:
+    term = query_keyword.parse("decided invoices").terms
+    assert [(t.phrase, t.prefix) for t in term] == [("decid", True), ("invoic", True)]
+    assert term[0].found_in(query_keyword.token_string("We decide today"))
+
+
+@pytest.mark.parametrize("query, phrase", [
+    ("POSTGRES_URL", "postgres url"),
+    ("E-404", "e 404"),
+    ("2026-01-20", "2026 01 20"),
+    ("api/v2/users", "api v2 users"),
+    ("v2.3.0", "v2 3 0"),
+])
+def test_identifiers_are_exact_phrases(query: str, phrase: str) -> None:
+    (term,) = query_keyword.parse(query).terms
+    assert (term.phrase, term.identifier, term.prefix) == (phrase, True, False)
+
+
+def test_dates_and_versions_are_also_looked_for_in_paths() -> None:
+    assert query_keyword.parse("what happened on 2026-01-20?").path_fragments == ("2026-01-20",)
+
+
+def test_cjk_runs_become_overlapping_bigrams() -> None:
+    assert [t.phrase for t in query_keyword.parse("数据库备份").terms] == ["数 据", "据 库", "库 备", "备 份"]
+    assert [t.phrase for t in query_keyword.parse("部署").terms] == ["部 署"]
+
+
+def test_text_evidence_is_the_weighted_share_of_terms_found() -> None:
+    q = query_keyword.parse("invoice rounding")
+    half = query_keyword.evidence(q, [1.0, 1.0], "the invoice is ready", "memory/a.md", 1, -1.0)
+    full = query_keyword.evidence(q, [1.0, 1.0], "invoice rounding bug", "memory/a.md", 1, -2.0)
+    assert half.score == pytest.approx(0.5)
+    assert full.score == pytest.approx(1.0)
+
+
+def test_a_chunk_holding_every_identifier_scores_at_least_the_floor() -> None:
+    q = query_keyword.parse("what does E-404 mean for clinics")
+    ev = query_keyword.evidence(q, [5.0, 3.0, 3.0], "E-404: slot taken", "MEMORY.md", 1, -1.0)
+    assert ev.score >= query_keyword.IDENTIFIER_FLOOR
+
+
+def test_a_date_in_the_path_counts_as_found() -> None:
+    q = query_keyword.parse("2026-01-20")
+    ev = query_keyword.evidence(q, [3.0], "## API Discussion", "memory/2026-01-20.md", None, None)
+    assert ev.score == pytest.approx(1.0)

@@ -1,0 +1,67 @@
+"""``memoryd search`` / ``memoryd get``: JSON output, --explain, errors as exit codes, help on every command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from retrieval_set import build
+
+from services import cli
+from shared.config import Settings
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return build(tmp_path_factory.mktemp("cli"), provider="hash")
+
+
+def run(settings: Settings, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main([*argv, "--config", settings.source_file, "--state-dir", str(settings.state_dir)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_search_json(settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(settings, capsys, "search", "api/v2/users", "--agent", "main", "--max-results", "2",
+                       "--min-score", "0.5", "--fusion", "rrf", "--source", "memory", "--json")
+    assert code == 0
+    answer = json.loads(out)
+    assert answer["fusion"] == "rrf" and 1 <= len(answer["results"]) <= 2
+    assert all(r["source"] == "memory" and r["score"] >= 0.5 for r in answer["results"])
+    assert "api/v2/users" in answer["results"][0]["snippet"]
+
+
+def test_search_explain_shows_the_parts_of_each_score(settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(settings, capsys, "search", "E-404", "--explain")
+    assert code == 0
+    assert "vector " in out and "text 1.000 (#1)" in out and "fused " in out
+    code, out, _ = run(settings, capsys, "search", "E-404", "--explain", "--json")
+    assert set(json.loads(out)["results"][0]["explain"]) == {"vector", "vectorRank", "text", "textRank", "bm25",
+                                                             "fused"}
+
+
+def test_get_json_and_plain(settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(settings, capsys, "get", "MEMORY.md", "--agent", "main", "--from", "31", "--lines", "1",
+                       "--json")
+    assert code == 0
+    assert json.loads(out)["text"].startswith("- E-404 means")
+    code, out, _ = run(settings, capsys, "get", "MEMORY.md", "--from", "1", "--lines", "1")
+    assert out == "# MEMORY.md — long-term memory\n"
+
+
+def test_errors_become_exit_codes_with_the_reason(settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(settings, capsys, "get", "../outside.md")
+    assert code == cli.EXIT_ERROR and "climbs out" in err
+    code, _, err = run(settings, capsys, "search", "x", "--agent", "nobody")
+    assert code == cli.EXIT_ERROR and "unknown agent" in err
+
+
+@pytest.mark.parametrize("command", ["search", "get", "serve", "mcp"])
+def test_every_query_command_has_help(command: str) -> None:
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert sub.choices[command].description or any(
+        c.dest == command and c.help for c in sub._choices_actions)
+    for action in sub.choices[command]._actions:
+        assert action.help, f"memoryd {command} {action.option_strings or action.dest} has no help text"

@@ -1,0 +1,114 @@
+"""The MCP server, driven by the official ``mcp`` client: over stdio (a subprocess) and streamable HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+from retrieval_set import build
+
+from services.mcp_server import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION
+from shared.config import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return build(tmp_path_factory.mktemp("mcp"), provider="hash")
+
+
+def server_env(settings: Settings) -> dict[str, str]:
+    return {**os.environ, "MEMORYD_STATE_DIR": str(settings.state_dir), "PYTHONPATH": str(REPO)}
+
+
+async def round_trip(client: Client, workspace: Path) -> None:
+    """What an agent does: list the tools, search, read the lines, get refused."""
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == {"memory_search", "memory_get"}
+    assert tools["memory_search"].description == MEMORY_SEARCH_DESCRIPTION
+    assert tools["memory_get"].description == MEMORY_GET_DESCRIPTION
+    assert {"query", "maxResults", "minScore"} <= set(tools["memory_search"].input_schema["properties"])
+    assert {"path", "from", "lines"} <= set(tools["memory_get"].input_schema["properties"])
+
+    found = await client.call_tool("memory_search", {"query": "E-404", "maxResults": 3})
+    assert not found.is_error
+    answer = found.structured_content
+    assert answer == json.loads(found.content[0].text)
+    assert answer["mode"] == "hybrid" and 1 <= len(answer["results"]) <= 3
+    top = answer["results"][0]
+    assert "E-404" in top["snippet"]
+
+    read = await client.call_tool("memory_get", {"path": top["path"], "from": top["startLine"], "lines": 2})
+    assert not read.is_error
+    lines = (workspace / top["path"]).read_text(encoding="utf-8").split("\n")
+    assert read.structured_content["text"] == "\n".join(lines[top["startLine"] - 1:top["startLine"] + 1])
+
+    refused = await client.call_tool("memory_get", {"path": "../../etc/passwd.md"})
+    assert refused.is_error and "path_refused" in refused.content[0].text
+
+
+def test_stdio_round_trip(settings: Settings) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "services.cli", "mcp", "--agent", "main", "--config", settings.source_file],
+        env=server_env(settings), cwd=str(REPO),
+    )
+
+    async def main() -> None:
+        async with Client(params, read_timeout_seconds=60) as client:
+            await round_trip(client, settings.agent("main").workspace)
+
+    anyio.run(main)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_streamable_http_round_trip(settings: Settings, tmp_path: Path) -> None:
+    port = free_port()
+    log = (tmp_path / "mcp-http.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "mcp", "--agent", "main", "--http", "--port", str(port),
+         "--config", settings.source_file],
+        env=server_env(settings), cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert server.poll() is None, (tmp_path / "mcp-http.log").read_text()
+                assert time.monotonic() < deadline, "MCP HTTP server did not start"
+                time.sleep(0.1)
+
+        async def main() -> None:
+            async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=60) as client:
+                await round_trip(client, settings.agent("main").workspace)
+
+        anyio.run(main)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        log.close()
+
+
+def test_an_unknown_agent_fails_before_serving(settings: Settings) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "mcp", "--agent", "nobody", "--config", settings.source_file],
+        env=server_env(settings), cwd=str(REPO), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode != 0 and "unknown agent 'nobody'" in done.stderr
