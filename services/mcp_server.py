@@ -55,9 +55,10 @@ def build_server(settings: Settings, agent_id: str, service: QueryService | None
         query: Annotated[str, Field(description="What to recall, in natural language or exact words")],
         maxResults: Annotated[int, Field(ge=1, le=100, description="At most this many results")] = query.max_results,
         minScore: Annotated[float, Field(ge=0, le=1, description="Drop results scoring below this")] = query.min_score,
+        source: Annotated[str, Field(description="Only this source: memory, a knowledge base's name, or all")] = "all",
     ) -> dict[str, Any]:
         return _call(lambda r: service.search(agent_id, r), SearchRequest, query=query, maxResults=maxResults,
-                     minScore=minScore)
+                     minScore=minScore, source=source)
 
     def memory_get(**arguments: Any) -> dict[str, Any]:
         return _call(lambda r: service.get(agent_id, r), GetRequest, **arguments)

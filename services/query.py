@@ -20,6 +20,7 @@ import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,7 +121,9 @@ class AgentIndex:
         return {r[0]: r[1:] for r in rows}
 
     def chunk_count(self) -> int:
-        with self.snapshot():
+        """Chunks in the index now, without loading its vectors."""
+        with self.lock:
+            self._reopen_if_replaced()
             return int(self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
 
     def close(self) -> None:
@@ -148,6 +151,8 @@ class QueryService:
         self._providers: dict[str, list[providers.Provider]] = {}
         self._query_cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+        #: One thread: query embeddings run beside the keyword side, and ONNX keeps to one thread.
+        self._embedder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memoryd-embed")
         single_blas_thread()
 
     # --- agents ------------------------------------------------------------------------
@@ -171,6 +176,7 @@ class QueryService:
         return AgentsResponse(agents=infos)
 
     def close(self) -> None:
+        self._embedder.shutdown(wait=True)
         for index in self._indexes.values():
             with index.lock:
                 index.close()
@@ -189,28 +195,32 @@ class QueryService:
         keyword_query = query_keyword.parse(request.query)
 
         with self.index(agent_id).snapshot() as index:
-            vectors = _Vectors(None, None)
-            if mode != "keyword":
-                vectors = self._query_vector(agent, index, request.query)
+            # The query embedding (~8 ms, ONNX releases the GIL) runs while the keyword side reads.
+            pending = self._start_vector(agent, index, request.query) if mode != "keyword" else _Vectors(None, None)
+            keyword: tuple[list[tuple[int, float]], list[int]] | None = None
+            if mode != "vector":
+                keyword = self._keyword(index, keyword_query, limit, source, alone=not isinstance(pending, Future))
+            vectors = pending.result() if isinstance(pending, Future) else pending
+            if vectors.query is None and (keyword is None or isinstance(pending, Future)):
+                # No vectors after all (vector mode without them, or the provider failed): keyword alone.
+                keyword = self._keyword(index, keyword_query, limit, source, alone=True)
             cands: dict[int, fusion.Candidate] = {}
             if vectors.query is not None and index.vectors is not None:
                 for hit in index.vectors.search(vectors.query, limit, source):
                     cands[hit.chunk_id] = fusion.Candidate(hit.chunk_id, vector=hit.score, vector_rank=hit.rank)
-            text_side = mode != "vector" or vectors.query is None
-            if text_side:
-                assert index.keyword is not None
-                hits = index.keyword.candidates(keyword_query, limit, source)
+            text_side = keyword is not None
+            if keyword is not None:
+                hits, by_path = keyword
                 for rank, (cid, bm25) in enumerate(hits, start=1):
                     c = cands.setdefault(cid, fusion.Candidate(cid))
                     c.text_rank, c.bm25 = rank, bm25
-                for cid in index.keyword.path_candidates(keyword_query, limit, source):
+                for cid in by_path:
                     cands.setdefault(cid, fusion.Candidate(cid))
             rows = index.chunks(list(cands))
             weights = index.keyword.weights(keyword_query) if text_side and index.keyword else []
             results = self._score(cands, rows, keyword_query, weights, mode, agent, text_side,
-                                  vectors.query is not None, request.explain)
+                                  vectors.query is not None, request.explain, min_score, max_results)
 
-        results = [r for r in results if r.score >= min_score][:max_results]
         vector_side = vectors.query is not None
         answered = "hybrid" if vector_side and text_side else ("vector-only" if vector_side else "keyword-only")
         return SearchResponse(results=results, provider=provider_name, model=model, mode=answered,
@@ -218,35 +228,49 @@ class QueryService:
 
     def _score(self, cands: dict[int, fusion.Candidate], rows: dict[int, tuple[str, str, int, int, str]],
                keyword_query: query_keyword.KeywordQuery, weights: list[float], mode: str,
-               agent: AgentConfig, text_side: bool, vector_side: bool, explain: bool) -> list[SearchResult]:
+               agent: AgentConfig, text_side: bool, vector_side: bool, explain: bool,
+               min_score: float, max_results: int) -> list[SearchResult]:
+        """Fuse every candidate's scores; build results (snippets) only for the ones returned."""
         hybrid = agent.memory_search.query.hybrid
         sides = int(text_side) + int(vector_side)
-        scored: list[tuple[float, int, int, SearchResult]] = []
+        scored = []
         for cid, c in cands.items():
             if cid not in rows:
-                continue  # deleted between the vector matrix's refresh and now: cannot happen in one snapshot
-            path, source, start, end, text = rows[cid]
-            first_line = None
+                continue  # in the vector matrix but no longer a chunk: left for the next refresh
+            path, _, _, _, text = rows[cid]
+            first_term = None
             if text_side:
                 ev = query_keyword.evidence(keyword_query, weights, text, path, c.text_rank, c.bm25)
-                c.text, first_line = ev.score, ev.first_line
+                c.text, first_term = ev.score, ev.first_term
             if mode == "weighted":
                 c.fused = fusion.weighted(c, hybrid.vector_weight if vector_side else 0.0,
                                           hybrid.text_weight if text_side else 0.0,
                                           query_keyword.squash_bm25(c.bm25))
             else:
                 c.fused = fusion.calibrated_rrf(c, sides)
-            result = SearchResult(
-                path=path, start_line=start, end_line=end, score=round(c.fused, 4),
-                snippet=snippet(text, first_line), source=source,
+            if c.fused >= min_score:
+                scored.append((-c.fused, c.text_rank or 10**9, c.vector_rank or 10**9, cid, first_term))
+        scored.sort(key=lambda item: item[:4])
+        results = []
+        for _, _, _, cid, first_term in scored[:max_results]:
+            c = cands[cid]
+            path, source, start, end, text = rows[cid]
+            results.append(SearchResult(
+                path=path, start_line=start, end_line=end, score=round(c.fused, 4), source=source,
+                snippet=snippet(text, query_keyword.first_line(text, first_term)),
                 explain=_explain(c) if explain else None,
-            )
-            scored.append((-c.fused, c.text_rank or 10**9, c.vector_rank or 10**9, result))
-        scored.sort(key=lambda item: item[:3])
-        return [item[3] for item in scored]
+            ))
+        return results
 
-    def _query_vector(self, agent: AgentConfig, index: AgentIndex, text: str) -> _Vectors:
-        """The query's vector in the index's vector space, or why vectors cannot be used."""
+    @staticmethod
+    def _keyword(index: AgentIndex, query: query_keyword.KeywordQuery, limit: int, source: str | None,
+                 alone: bool) -> tuple[list[tuple[int, float]], list[int]]:
+        assert index.keyword is not None
+        return (index.keyword.candidates(query, limit, source, alone=alone),
+                index.keyword.path_candidates(query, limit, source))
+
+    def _start_vector(self, agent: AgentConfig, index: AgentIndex, text: str) -> _Vectors | Future[_Vectors]:
+        """The query's vector in the index's vector space (cached, or being embedded), or why there is none."""
         if index.vectors is None or not len(index.vectors):
             return _Vectors(None, f"index of agent {agent.id!r} has no vectors yet: answered by keyword")
         try:
@@ -265,10 +289,13 @@ class QueryService:
             if cached is not None:
                 self._query_cache.move_to_end(key)
                 return _Vectors(cached, None)
+        return self._embedder.submit(self._embed, chain, key)
+
+    def _embed(self, chain: list[providers.Provider], key: tuple[str, str]) -> _Vectors:
         errors = []
         for provider in chain:
             try:
-                vector = np.asarray(provider.embed_query(text), dtype=np.float32)
+                vector = np.asarray(provider.embed_query(key[1]), dtype=np.float32)
             except ProviderError as exc:
                 errors.append(str(exc))
                 continue

@@ -100,10 +100,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from services.query_http import create_app
+    from services.session_api import build_router
 
     server = settings.memoryd.server
-    uvicorn.run(create_app(settings), host=args.host or server.host, port=args.port or server.port,
-                log_level="warning")
+    app = create_app(settings, routers=[build_router(settings)])
+    uvicorn.run(app, host=args.host or server.host, port=args.port or server.port, log_level="warning")
     return 0
 
 

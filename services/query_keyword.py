@@ -15,6 +15,7 @@ identifier of the query (in its text or its path) scores at least ``IDENTIFIER_F
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -38,24 +39,32 @@ IDENTIFIER_WEIGHT = 3.0
 #: A chunk holding every identifier of the query scores at least this on the text side: above
 #: the default minScore 0.35 with margin, below a chunk that also holds the other words.
 IDENTIFIER_FLOOR = 0.8
+#: A term in more chunks than this does not *find* candidates (its posting list would cost
+#: ~1 ms per 1,000 chunks to rank: 100 ms for a word in every chunk of 100k); it still counts
+#: in the text score of chunks found otherwise.
+COMMON_DF = 5000
 #: A path fragment shorter than this (``v2``) would match too many paths.
 MIN_PATH_FRAGMENT = 4
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK_TOKEN = re.compile(f"^[{fts._CJK}]$")
-#: A query word that is an identifier: letters/digits joined by - _ . / : (trailing punctuation cut).
-_IDENT = re.compile(r"[0-9A-Za-z]+(?:[-_./:][0-9A-Za-z]+)+|[A-Za-z]*\d[0-9A-Za-z]*")
+#: A query word that can name a file: letters/digits joined by - _ . / (a date, a version, a path).
+_PATHLIKE = re.compile(r"[0-9A-Za-z]+(?:[-_./][0-9A-Za-z]+)+")
 
 
 def normalise(text: str) -> str:
     """Lower case without diacritics: what ``unicode61 remove_diacritics 2`` compares."""
+    if text.isascii():
+        return text.lower()
     decomposed = unicodedata.normalize("NFKD", text.lower())
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
 def token_string(text: str) -> str:
     """The text as FTS5 sees it, as `` tok tok … `` so a phrase is a substring test."""
-    return " " + " ".join(_WORD.findall(normalise(fts.segment(text)))) + " "
+    if not text.isascii():
+        text = fts.segment(text)
+    return " " + " ".join(_WORD.findall(normalise(text))) + " "
 
 
 #: Word endings cut before a word is matched as a prefix (``decided`` → ``decid*``): unicode61
@@ -125,7 +134,7 @@ def parse(query: str) -> KeywordQuery:
             terms.append(_word_term(phrase))
     unique = list({t.phrase: t for t in (terms or stop)}.values())
     fragments = []
-    for match in _IDENT.finditer(query):
+    for match in _PATHLIKE.finditer(query):
         fragment = match.group(0).lower()
         if len(fragment) >= MIN_PATH_FRAGMENT and any(ch.isdigit() for ch in fragment):
             fragments.append(fragment)
@@ -139,7 +148,7 @@ class TextEvidence:
     rank: int | None  # 1-based BM25 rank, None if only its path matched
     bm25: float | None  # FTS5's raw (negative) score
     score: float  # calibrated 0..1
-    first_line: int | None  # 0-based line inside the chunk where a term occurs first
+    first_term: Term | None  # the first query term found in the text, for the snippet
 
 
 class KeywordSearcher:
@@ -160,11 +169,22 @@ class KeywordSearcher:
             self._df.clear()
             (self._total,) = self.conn.execute("SELECT count(*) FROM chunks").fetchone()
 
-    def candidates(self, query: KeywordQuery, limit: int, source: str | None) -> list[tuple[int, float]]:
-        """(chunk id, bm25) of the best ``limit`` chunks by BM25 with the terms OR-ed."""
+    def candidates(self, query: KeywordQuery, limit: int, source: str | None,
+                   alone: bool = False) -> list[tuple[int, float]]:
+        """(chunk id, bm25) of the best ``limit`` chunks by BM25 with the terms OR-ed.
+
+        When every term is common the keyword side finds nothing the vector side would not,
+        at a high cost, so it only searches (its rarest term) when it is ``alone``.
+        """
         if query.empty:
             return []
-        where, params = "", [" OR ".join(t.fts for t in query.terms)]
+        dfs = [self._document_frequency(t) for t in query.terms]
+        searched = [t for t, df in zip(query.terms, dfs, strict=True) if df <= COMMON_DF]
+        if not searched and not alone:
+            return []
+        if not searched:
+            searched = [query.terms[dfs.index(min(dfs))]]
+        where, params = "", [" OR ".join(t.fts for t in searched)]
         if source:
             where, params = " AND c.source = ?", [*params, source]
         sql = (
@@ -178,7 +198,9 @@ class KeywordSearcher:
         found: list[int] = []
         for fragment in query.path_fragments:
             escaped = fragment.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            sql = "SELECT id FROM chunks WHERE lower(path) LIKE ? ESCAPE '\\'"
+            # Through ``files`` (one row per file, not per chunk), then the chunks_by_path index.
+            sql = ("SELECT id FROM chunks WHERE path IN (SELECT path FROM files WHERE status = 'indexed' "
+                   "AND lower(path) LIKE ? ESCAPE '\\')")
             params: list[Any] = [f"%{escaped}%"]
             if source:
                 sql += " AND source = ?"
@@ -220,7 +242,7 @@ def evidence(query: KeywordQuery, weights: Sequence[float], text: str, path: str
     if query.empty:
         return TextEvidence(rank, bm25, 0.0, None)
     haystack = token_string(text)
-    path_tokens = token_string(path)
+    path_tokens = _path_tokens(path)
     total = sum(weights) or 1.0
     matched = 0.0
     identifiers_found = True
@@ -239,10 +261,16 @@ def evidence(query: KeywordQuery, weights: Sequence[float], text: str, path: str
     score = matched / total
     if has_identifier and identifiers_found:
         score = max(score, IDENTIFIER_FLOOR)
-    return TextEvidence(rank, bm25, min(score, 1.0), _first_line(text, first_term))
+    return TextEvidence(rank, bm25, min(score, 1.0), first_term)
 
 
-def _first_line(text: str, term: Term | None) -> int | None:
+@functools.lru_cache(maxsize=4096)
+def _path_tokens(path: str) -> str:
+    return token_string(path)
+
+
+def first_line(text: str, term: Term | None) -> int | None:
+    """0-based line of ``text`` where ``term`` first occurs (None: no term, or not found)."""
     if term is None:
         return None
     for number, line in enumerate(text.split("\n")):

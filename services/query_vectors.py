@@ -5,7 +5,12 @@ sqlite-vec stays the index of record, but its exact ``vec0`` KNN scans 100k × 3
 So the query service holds each agent's vectors as one contiguous matrix and refreshes
 it when the index's ``meta.generation`` changes: rows above the last seen
 ``chunk_vectors.rowid`` (AUTOINCREMENT, so new rows always have higher ids) are read and
-appended; rows whose ids are gone are dropped. A rebuilt index (a new file) is loaded anew.
+appended; rows whose ids are gone are masked, then compacted away. A rebuilt index (a new file) is
+loaded anew.
+
+The matrix is stored transposed (``dims × n``, C-contiguous): ``q @ columns`` streams
+memory in the order OpenBLAS's gemv reads it and measured 2× faster here than
+``rows @ q`` on the same floats (6 vs 11 ms at 100k × 384, one thread).
 
 A chunk may have several window vectors; it is scored by its best window.
 """
@@ -21,6 +26,16 @@ from typing import Any
 
 import numpy as np
 
+#: Deletions are found by comparing row counts per block of this many rowids with the index,
+#: then reading only the blocks that differ: ~5 ms at 100k rows instead of ~50 ms for all ids.
+BLOCK = 4096
+#: Up to this many new rows are read by rowid (~30 µs each); more, by one scan of vec0 (~50 ms).
+POINT_READS = 2000
+#: Deleted rows are masked until they are this share of the matrix, then it is compacted.
+COMPACT_SHARE = 0.25
+#: Capacity grows by this factor, so appending is amortised O(1) and never copies per write.
+GROWTH = 1.5
+
 
 @dataclass(frozen=True)
 class VectorHit:
@@ -30,78 +45,159 @@ class VectorHit:
 
 
 class VectorMatrix:
-    """All window vectors of one index: ``matrix[i]`` is window ``rowids[i]`` of chunk ``chunk_ids[i]``."""
+    """All window vectors of one index: column ``i`` is window ``rowids[i]`` of chunk ``chunk_ids[i]``.
+
+    Arrays have spare capacity; only the first ``n`` entries are live. A deleted row stays
+    in place, masked by ``alive``, until compaction.
+    """
 
     def __init__(self, dims: int) -> None:
         self.dims = dims
-        self.rowids = np.zeros(0, dtype=np.int64)
-        self.chunk_ids = np.zeros(0, dtype=np.int64)
-        self.sources = np.zeros(0, dtype=np.int32)
-        self.matrix = np.zeros((0, dims), dtype=np.float32)
+        self.n = 0
+        self.dead = 0
+        self._buf = np.zeros((dims, 0), dtype=np.float32)
+        self._rowids = np.zeros(0, dtype=np.int64)
+        self._chunk_ids = np.zeros(0, dtype=np.int64)
+        self._sources = np.zeros(0, dtype=np.int32)
+        self._alive = np.zeros(0, dtype=bool)
         self._source_codes: dict[str, int] = {}
+        self._file_sources: list[str] | None = None
 
     def __len__(self) -> int:
-        return len(self.rowids)
+        return self.n - self.dead
 
+    @property
+    def columns(self) -> np.ndarray:
+        return self._buf[:, :self.n]
+
+    @property
+    def rowids(self) -> np.ndarray:
+        return self._rowids[:self.n]
+
+    # --- keeping in step with the index ------------------------------------------------
     def refresh(self, conn: Any) -> None:
-        """Bring the matrix in line with the committed index (one read transaction)."""
-        current = conn.execute(
+        """Bring the matrix in line with the committed index (call inside one read transaction)."""
+        last = int(self._rowids[self.n - 1]) if self.n else 0
+        self._drop_deleted(conn, last)
+        fresh = conn.execute(
             "SELECT cv.rowid, cv.chunk_id, c.source FROM chunk_vectors cv JOIN chunks c ON c.id = cv.chunk_id "
-            "ORDER BY cv.rowid"
+            "WHERE cv.rowid > ? ORDER BY cv.rowid", (last,)
         ).fetchall()
-        ids = np.fromiter((r[0] for r in current), dtype=np.int64, count=len(current))
-        keep = np.isin(self.rowids, ids, assume_unique=True)
-        if not keep.all():
-            self.rowids, self.matrix = self.rowids[keep], self.matrix[keep]
-        last = int(self.rowids[-1]) if len(self.rowids) else 0
-        fresh = [r[0] for r in current if r[0] > last]
         if fresh:
             self._append(conn, fresh)
-        # Chunk ids and sources are re-read for every row: a source can change in place.
-        codes = self._source_codes
-        chunk_ids = np.fromiter((r[1] for r in current), dtype=np.int64, count=len(current))
-        sources = np.fromiter((codes.setdefault(r[2], len(codes)) for r in current), dtype=np.int32,
-                              count=len(current))
-        where = np.searchsorted(ids, self.rowids)
-        self.chunk_ids, self.sources = chunk_ids[where], sources[where]
+        # A source renamed in place (an extraPath's) shows as a change in the set of sources: when
+        # its first file moves and when its last one has. New rows carry their source already.
+        file_sources = [r[0] for r in conn.execute("SELECT DISTINCT source FROM files ORDER BY source")]
+        if self._file_sources is not None and file_sources != self._file_sources and last:
+            self._reread_sources(conn)
+        self._file_sources = file_sources
+        if self.dead > COMPACT_SHARE * max(self.n, 1):
+            self._compact()
 
-    def _append(self, conn: Any, fresh: list[int]) -> None:
-        wanted = set(fresh)
-        rowids: list[int] = []
-        blobs: list[bytes] = []
-        # vec0 answers a rowid range by scanning its chunks in order: no per-row lookups.
-        for rowid, blob in conn.execute("SELECT rowid, embedding FROM chunks_vec WHERE rowid >= ?", (fresh[0],)):
-            if rowid in wanted:
-                rowids.append(rowid)
-                blobs.append(blob)
-        if not rowids:
+    def _drop_deleted(self, conn: Any, last: int) -> None:
+        if not self.n:
             return
-        order = np.argsort(np.asarray(rowids, dtype=np.int64), kind="stable")
-        block = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(-1, self.dims)[order]
-        self.matrix = np.ascontiguousarray(np.vstack([self.matrix, block]))
-        self.rowids = np.concatenate([self.rowids, np.asarray(rowids, dtype=np.int64)[order]])
+        live = self._alive[:self.n]
+        rowids = self._rowids[:self.n]
+        mine = np.bincount(rowids[live] // BLOCK)
+        theirs = dict(conn.execute(
+            "SELECT rowid / ?, count(*) FROM chunk_vectors WHERE rowid <= ? GROUP BY 1", (BLOCK, last)
+        ).fetchall())
+        for block in range(len(mine)):
+            if mine[block] == theirs.get(block, 0):
+                continue
+            alive = np.fromiter((r for (r,) in conn.execute(
+                "SELECT rowid FROM chunk_vectors WHERE rowid >= ? AND rowid < ?", (block * BLOCK, (block + 1) * BLOCK)
+            )), dtype=np.int64)
+            gone = live & (rowids // BLOCK == block) & ~np.isin(rowids, alive)
+            self._alive[:self.n][gone] = False
+            self.dead += int(gone.sum())
 
+    def _append(self, conn: Any, fresh: list[tuple[int, int, str]]) -> None:
+        if len(fresh) <= POINT_READS:
+            blobs = {}
+            for rowid, _, _ in fresh:
+                row = conn.execute("SELECT embedding FROM chunks_vec WHERE rowid = ?", (rowid,)).fetchone()
+                if row is not None:
+                    blobs[rowid] = row[0]
+        else:
+            wanted = {r[0] for r in fresh}
+            scan = conn.execute("SELECT rowid, embedding FROM chunks_vec WHERE rowid >= ?", (fresh[0][0],))
+            blobs = {rowid: blob for rowid, blob in scan if rowid in wanted}
+        rows = [r for r in fresh if r[0] in blobs]
+        if not rows:
+            return
+        m = len(rows)
+        self._reserve(self.n + m)
+        block = np.frombuffer(b"".join(blobs[r[0]] for r in rows), dtype=np.float32).reshape(m, self.dims)
+        end = self.n + m
+        self._buf[:, self.n:end] = block.T
+        self._rowids[self.n:end] = [r[0] for r in rows]
+        self._chunk_ids[self.n:end] = [r[1] for r in rows]
+        codes = self._source_codes
+        self._sources[self.n:end] = [codes.setdefault(r[2], len(codes)) for r in rows]
+        self._alive[self.n:end] = True
+        self.n = end
+
+    def _reserve(self, size: int) -> None:
+        if size <= self._buf.shape[1]:
+            return
+        # Untouched capacity costs no memory: np.zeros pages are mapped on first write.
+        capacity = max(int(size * GROWTH), 1024)
+        buf = np.zeros((self.dims, capacity), dtype=np.float32)
+        buf[:, :self.n] = self._buf[:, :self.n]
+        self._buf = buf
+        for name, dtype in (("_rowids", np.int64), ("_chunk_ids", np.int64), ("_sources", np.int32),
+                            ("_alive", bool)):
+            grown = np.zeros(capacity, dtype=dtype)
+            grown[:self.n] = getattr(self, name)[:self.n]
+            setattr(self, name, grown)
+
+    def _reread_sources(self, conn: Any) -> None:
+        current = dict(conn.execute(
+            "SELECT cv.rowid, c.source FROM chunk_vectors cv JOIN chunks c ON c.id = cv.chunk_id"
+        ).fetchall())
+        codes = self._source_codes
+        for i in range(self.n):
+            source = current.get(int(self._rowids[i]))
+            if source is not None:
+                self._sources[i] = codes.setdefault(source, len(codes))
+
+    def _compact(self) -> None:
+        keep = self._alive[:self.n]
+        m = int(keep.sum())
+        self._buf[:, :m] = self._buf[:, :self.n][:, keep]
+        for name in ("_rowids", "_chunk_ids", "_sources"):
+            array = getattr(self, name)
+            array[:m] = array[:self.n][keep]
+        self._alive[:m] = True
+        self._alive[m:self.n] = False
+        self.n, self.dead = m, 0
+
+    # --- search ----------------------------------------------------------------------
     def search(self, query: np.ndarray, k: int, source: str | None = None) -> list[VectorHit]:
         """The ``k`` best chunks by their best window, optionally of one source only."""
         if not len(self) or k <= 0:
             return []
-        scores = self.matrix @ query.astype(np.float32, copy=False)
+        scores = query.astype(np.float32, copy=False) @ self.columns
+        if self.dead:
+            scores[~self._alive[:self.n]] = -np.inf
         if source is not None:
             code = self._source_codes.get(source)
             if code is None:
                 return []
-            scores = np.where(self.sources == code, scores, -np.inf)
-        hits: list[VectorHit] = []
+            scores[self._sources[:self.n] != code] = -np.inf
+        chunk_ids = self._chunk_ids[:self.n]
         width = min(len(scores), k * 4)
         while True:
             top = np.argpartition(-scores, width - 1)[:width] if width < len(scores) else np.arange(len(scores))
             top = top[np.argsort(-scores[top], kind="stable")]
             seen: set[int] = set()
-            hits = []
+            hits: list[VectorHit] = []
             for i in top:
                 if not np.isfinite(scores[i]):
-                    break
-                cid = int(self.chunk_ids[i])
+                    return hits
+                cid = int(chunk_ids[i])
                 if cid in seen:
                     continue
                 seen.add(cid)

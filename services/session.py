@@ -185,8 +185,12 @@ class Sessions:
         thresholds = Thresholds.of(agent)
         bootstrap = read_bootstrap(agent.workspace, session)
         reset: Reset | None = None
+        ended_tokens = 0
         flush: FlushRequestedEntry | None = None
         calls = "".join(c.model_dump_json() for c in new.tool_calls or [])
+        message = Message(ts=(new.ts or now).isoformat(), role=new.role, content=new.content,
+                          tokens=count_tokens(new.content + calls), name=new.name,
+                          tool_call_id=new.tool_call_id, tool_calls=new.tool_calls)
         with transcript.locked() as locked:
             old = segment(locked.entries)
             reason = due_reset(old, agent.session, now)
@@ -194,9 +198,6 @@ class Sessions:
                 reset = Reset(ts=now.isoformat(), reason=reason)
                 ended_tokens = session_tokens(old, bootstrap)
                 locked.append(reset)
-            message = Message(ts=(new.ts or now).isoformat(), role=new.role, content=new.content,
-                              tokens=count_tokens(new.content + calls), name=new.name,
-                              tool_call_id=new.tool_call_id, tool_calls=new.tool_calls)
             locked.append(message)
             seg = segment(locked.entries)
             tokens = session_tokens(seg, bootstrap)
@@ -324,6 +325,8 @@ class Sessions:
     def end(self, agent_id: str, session: str, reason: ResetReason, *, hook_inline: bool) -> dict[str, Any]:
         """End the session's conversation (``/new``, ``/reset``, daily, idle) and save its note."""
         agent, transcript = self._open(agent_id, session)
+        if not transcript.exists():
+            return {"reset": False, "reason": reason, "files": []}
         now = self.clock()
         bootstrap = read_bootstrap(agent.workspace, session)
         with transcript.locked() as locked:

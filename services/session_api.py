@@ -1,7 +1,8 @@
 """The session service's HTTP routes, under ``/v1/agents/{agent}/sessions/{session}``.
 
-``build_router(settings)`` returns an ``APIRouter`` that the HTTP server mounts. Errors
-become ``{"detail": {"code": …, "message": …}}`` with the error's HTTP status.
+``build_router(settings)`` returns an ``APIRouter`` that the HTTP server mounts with
+``services.query_http.create_app(settings, routers=[...])``; that app turns errors into
+``{"error": {"code": …, "message": …}}`` with the error's HTTP status.
 
 - ``POST …/messages`` ``{"role", "text" | "content", "name"?, "toolCallId"?, "toolCalls"?, "ts"?}``:
   append one turn → the entry, ``tokens`` and what it triggered (flush, compaction, reset);
@@ -13,21 +14,17 @@ become ``{"detail": {"code": …, "message": …}}`` with the error's HTTP statu
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
-from typing import Any, Literal, ParamSpec, TypeVar
+import threading
+from typing import Any, Literal
 
 import redis
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
 
 from services.session import NewMessage, Sessions, context_json
 from shared.bus import Bus, connect, redis_url
 from shared.config import Settings
-from shared.exceptions import MemorydError
 
-P = ParamSpec("P")
-R = TypeVar("R")
 PREFIX = "/v1/agents/{agent}/sessions/{session}"
 
 
@@ -37,42 +34,30 @@ class CompactRequest(BaseModel):
     focus: str | None = None
 
 
-def _edge(func: Callable[P, R]) -> Callable[P, R]:
-    @wraps(func)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return func(*args, **kwargs)
-        except MemorydError as exc:
-            raise HTTPException(exc.http_status, {"code": exc.code, "message": str(exc)}) from exc
-    return wrapper
-
-
 def build_router(settings: Settings, conn: redis.Redis | None = None) -> APIRouter:
     router = APIRouter(prefix=PREFIX, tags=["sessions"])
     made: list[Sessions] = []
+    lock = threading.Lock()
 
     def sessions() -> Sessions:
-        if not made:  # Redis is reached at the first request, not at import or mount
-            made.append(Sessions(settings, Bus(conn or connect(redis_url(settings)), settings)))
-        return made[0]
+        with lock:
+            if not made:  # Redis is reached at the first request, not at import or mount
+                made.append(Sessions(settings, Bus(conn or connect(redis_url(settings)), settings)))
+            return made[0]
 
-    @router.post("/messages")
-    @_edge
+    @router.post("/messages", summary="Append one turn to the session's transcript")
     def append(agent: str, session: str, message: NewMessage) -> dict[str, Any]:
         return sessions().append(agent, session, message)
 
-    @router.get("")
-    @_edge
+    @router.get("", summary="The session's counters: tokens, compactionCount, memoryFlushCompactionCount")
     def show(agent: str, session: str) -> dict[str, Any]:
         return sessions().show(agent, session)
 
-    @router.get("/context")
-    @_edge
+    @router.get("/context", summary="What would be sent to the model, with pruning applied")
     def context(agent: str, session: str) -> dict[str, Any]:
         return context_json(sessions().context(agent, session))
 
-    @router.post("/compact")
-    @_edge
+    @router.post("/compact", summary="Compact now (/compact): summarise older turns")
     def compact(agent: str, session: str, request: CompactRequest | None = None) -> dict[str, Any]:
         focus = request.focus if request else None
         done = sessions().compact(agent, session, manual=True, focus=focus)
@@ -81,13 +66,11 @@ def build_router(settings: Settings, conn: redis.Redis | None = None) -> APIRout
     def _end(agent: str, session: str, reason: Literal["new", "reset"]) -> dict[str, Any]:
         return sessions().end(agent, session, reason, hook_inline=True)
 
-    @router.post("/new")
-    @_edge
+    @router.post("/new", summary="End the conversation (/new) and save its session-memory note")
     def new(agent: str, session: str) -> dict[str, Any]:
         return _end(agent, session, "new")
 
-    @router.post("/reset")
-    @_edge
+    @router.post("/reset", summary="End the conversation (/reset) and save its session-memory note")
     def reset(agent: str, session: str) -> dict[str, Any]:
         return _end(agent, session, "reset")
 

@@ -168,6 +168,9 @@ def run(settings: Settings, bus: Bus, stop: threading.Event | None = None) -> No
         ensure_workspace(settings.agent(agent_id))
         watch = AgentWatch(settings, agent_id, bus)
         watches.append(watch)
+        if not settings.agent(agent_id).memory_search.sync.watch:
+            log.warning("agent %s: sync.watch is off; only the periodic reconcile sees changes", agent_id)
+            continue
         for directory in watch.workspace.watch_dirs():
             if directory.is_dir():
                 observer.schedule(watch, str(directory), recursive=True)

@@ -57,7 +57,8 @@ class Chunker:
         if not lines:
             return []
         enc = encoding()
-        costs = [len(t) + 1 for t in enc.encode_ordinary_batch(lines, num_threads=1)]
+        encode = enc.encode_ordinary  # a plain loop: the batch API starts a thread pool per call
+        costs = [len(encode(line)) + 1 for line in lines]
         chunks: list[ChunkData] = []
         start = 0
         n = len(lines)

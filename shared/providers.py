@@ -14,10 +14,10 @@ vectors with different strings are never mixed in one index.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import re
 import time
+import zlib
 from collections.abc import Sequence
 from importlib import resources
 from typing import Protocol
@@ -146,10 +146,13 @@ class HashProvider:
     _word = re.compile(r"\w+", re.UNICODE)
 
     def _one(self, text: str) -> np.ndarray:
-        v = np.zeros(HASH_DIMS, dtype=np.float32)
-        for word in self._word.findall(text.lower()):
-            h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "little")
-            v[h % HASH_DIMS] += 1.0 if h & 0x80000000 else -1.0
+        hashes = np.fromiter((zlib.crc32(w.encode()) for w in self._word.findall(text.lower())), dtype=np.uint32)
+        if not hashes.size:
+            v = np.zeros(HASH_DIMS, dtype=np.float32)
+            v[0] = 1.0
+            return v
+        signs = np.where(hashes & 0x80000000, 1.0, -1.0)
+        v = np.bincount(hashes % HASH_DIMS, weights=signs, minlength=HASH_DIMS).astype(np.float32)
         if not v.any():
             v[0] = 1.0
         return _normalise(v)

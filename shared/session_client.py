@@ -36,12 +36,12 @@ class SessionClient:
         response = self.http.request(method, path, json=body)
         if response.is_error:
             try:
-                detail = response.json().get("detail")
+                error = response.json().get("error")
             except ValueError:
-                detail = None
-            if isinstance(detail, dict):
-                raise SessionApiError(response.status_code, detail.get("code", "error"), detail.get("message", ""))
-            raise SessionApiError(response.status_code, "error", str(detail or response.text))
+                error = None
+            if isinstance(error, dict):
+                raise SessionApiError(response.status_code, error.get("code", "error"), error.get("message", ""))
+            raise SessionApiError(response.status_code, "error", response.text)
         return response.json()
 
     def append(self, session: str, role: str, text: str, **extra: Any) -> dict[str, Any]:

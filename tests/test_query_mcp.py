@@ -46,6 +46,8 @@ async def round_trip(client: Client, workspace: Path) -> None:
     assert answer["mode"] == "hybrid" and 1 <= len(answer["results"]) <= 3
     top = answer["results"][0]
     assert "E-404" in top["snippet"]
+    kb = await client.call_tool("memory_search", {"query": "E-503 calendar sync down", "source": "kb", "minScore": 0})
+    assert {r["source"] for r in kb.structured_content["results"]} == {"kb"}
 
     read = await client.call_tool("memory_get", {"path": top["path"], "from": top["startLine"], "lines": 2})
     assert not read.is_error

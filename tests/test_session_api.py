@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from fastapi import FastAPI
 
+from services.query_http import create_app
 from services.session_api import build_router
 from shared.session_client import SessionApiError, SessionClient
 from tests.openai_stub import OpenAIStub
@@ -22,8 +22,7 @@ from tests.session_support import llm_extra, logged
 def served(workspace: Path, make_settings, redis_url: str) -> Iterator[tuple[SessionClient, OpenAIStub]]:
     with OpenAIStub() as stub:
         settings, _ = make_settings(workspace, redis=redis_url, extra=llm_extra(stub.base_url))
-        app = FastAPI()
-        app.include_router(build_router(settings))
+        app = create_app(settings, routers=[build_router(settings)])  # how `memoryd serve` mounts it
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
@@ -64,12 +63,13 @@ def test_append_show_context_compact_and_new_over_http(served: tuple[SessionClie
 
 def test_errors_carry_the_code_and_status(served: tuple[SessionClient, OpenAIStub]) -> None:
     client, _ = served
-    with pytest.raises(SessionApiError) as unknown:
-        SessionClient(str(client.http.base_url), agent="nobody").append("s", "user", "hi")
+    with SessionClient(str(client.http.base_url), agent="nobody") as stranger, \
+            pytest.raises(SessionApiError) as unknown:
+        stranger.append("s", "user", "hi")
     assert unknown.value.http_status == 404 and unknown.value.code == "unknown_agent"
     with pytest.raises(SessionApiError) as bad:
         client.append("s", "robot", "hi")
-    assert bad.value.http_status == 422
+    assert bad.value.http_status == 422 and bad.value.code == "bad_request" and "role" in str(bad.value)
     with pytest.raises(SessionApiError) as bad_id:
         client.show("..hidden")
     assert bad_id.value.http_status == 400 and bad_id.value.code == "bad_request"

@@ -1,0 +1,176 @@
+"""Pipeline benchmark: prints one JSON object.
+
+- save→indexed latency (p50/p95) of single-file edits through the real watcher and
+  workers with the local model, debounce included (default 1.5 s);
+- bulk throughput in chunks/s with the local model and with the no-op ``hash``
+  embedder (pipeline overhead), next to the same work done in one process without
+  Redis (``shared.inline``) in the same run: the ratio is the pipeline's own cost;
+- embeddings on an unchanged re-scan (goal 0).
+
+Everything runs against a private redis-server started for the run, in a temp dir.
+Usage: ``python bench/pipeline.py [--edits 20] [--files 200] [--local-files 12]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from shared.bus import start_private_redis  # noqa: E402
+from shared.config import load_settings  # noqa: E402
+from shared.fts import match_expression, query_terms  # noqa: E402
+from shared.inline import index_now  # noqa: E402
+from shared.store import IndexReader  # noqa: E402
+
+WORKERS = [["worker", "chunk"], ["worker", "embed"], ["worker", "index"]]
+
+
+def _config(tmp: Path, name: str, workspace: Path, provider: str, debounce_ms: int, redis: str) -> Path:
+    cfg = tmp / f"{name}.json"
+    cfg.write_text(json.dumps({
+        "agents": {"defaults": {"memorySearch": {"provider": provider, "sync": {"watchDebounceMs": debounce_ms}}},
+                   "list": [{"id": name, "workspace": str(workspace)}]},
+        "memoryd": {"stateDir": str(tmp / f"state-{name}"), "redisUrl": redis},
+    }))
+    return cfg
+
+
+def _spawn(cfg: Path, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, MEMORYD_CONFIG=str(cfg))
+    return subprocess.Popen([sys.executable, "-m", "services.cli", *argv], env=env, cwd=ROOT,
+                            stdout=open(log, "ab"), stderr=subprocess.STDOUT)  # noqa: SIM115
+
+
+def _index(cfg: Path, agent: str, workspace: Path) -> dict:
+    env = dict(os.environ, MEMORYD_CONFIG=str(cfg))
+    out = subprocess.run([sys.executable, "-m", "services.cli", "index", "--agent", agent, "--workspace",
+                          str(workspace), "--json"], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def _write_corpus(workspace: Path, files: int, lines: int) -> None:
+    (workspace / "memory").mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        body = "\n".join(f"- {i:04d}.{j:03d} decided to move service {j} of team {i} to the new cluster; "
+                         f"owner person-{(i * j) % 97}, ticket OPS-{i * 1000 + j}" for j in range(lines))
+        (workspace / "memory" / f"2026-{1 + i % 12:02d}-{1 + i % 28:02d}-{i:04d}.md").write_text(body)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def bulk(tmp: Path, redis: str, provider: str, files: int, lines: int) -> dict:
+    name = f"bulk-{provider}"
+    workspace = tmp / name
+    _write_corpus(workspace, files, lines)
+    cfg = _config(tmp, name, workspace, provider, 1500, redis)
+    procs = [_spawn(cfg, argv, tmp / f"{name}-{argv[-1]}.log") for argv in WORKERS]
+    try:
+        time.sleep(1.5)  # workers import and connect
+        first = _index(cfg, name, workspace)
+        again = _index(cfg, name, workspace)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait()
+    # the same work in one process, no Redis, no queues: the baseline
+    base_settings = load_settings(cfg, tmp / f"state-{name}-inline")
+    start = time.monotonic()
+    inline = index_now(base_settings, name)
+    inline_seconds = time.monotonic() - start
+    pipeline_rate = first["chunks"] / first["seconds"]
+    inline_rate = inline["chunks"] / inline_seconds
+    return {
+        "provider": provider, "files": first["files"], "chunks": first["chunks"],
+        "seconds": first["seconds"], "chunks_per_s": round(pipeline_rate, 1),
+        "inline_chunks_per_s": round(inline_rate, 1),
+        "pipeline_vs_inline": round(pipeline_rate / inline_rate, 3),
+        "rescan_chunks_embedded": again["chunks_embedded"], "rescan_seconds": again["seconds"],
+    }
+
+
+def latency(tmp: Path, redis: str, edits: int) -> dict:
+    name = "latency"
+    workspace = tmp / name
+    _write_corpus(workspace, 5, 60)
+    cfg = _config(tmp, name, workspace, "local", 1500, redis)
+    _index(cfg, name, workspace)
+    settings = load_settings(cfg)
+    procs = [_spawn(cfg, argv, tmp / f"{name}-{argv[-1]}.log") for argv in [["watcher"], *WORKERS]]
+    samples: list[float] = []
+    try:
+        time.sleep(3)  # watcher's first reconcile
+        target = workspace / "memory" / "2026-05-05.md"
+        for i in range(edits):
+            token = f"zq{i}x{int(time.time() * 1000) % 100000}"
+            with open(target, "a") as handle:
+                handle.write(f"- edit {i}: remembered codeword {token}\n")
+            saved = time.monotonic()
+            expr = match_expression(query_terms(token))
+            while True:
+                try:
+                    reader = IndexReader(settings.index_path(name))
+                    found = reader.conn.execute("SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ?", (expr,)).fetchone()
+                    reader.close()
+                except Exception:
+                    found = None
+                if found:
+                    samples.append(time.monotonic() - saved)
+                    break
+                if time.monotonic() - saved > 30:
+                    raise RuntimeError(f"edit {i} not indexed within 30 s")
+                time.sleep(0.01)
+            time.sleep(0.3)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait()
+    return {"edits": edits, "debounce_s": 1.5, "p50_s": round(_pct(samples, 0.5), 3),
+            "p95_s": round(_pct(samples, 0.95), 3), "max_s": round(max(samples), 3),
+            "p50_minus_debounce_s": round(_pct(samples, 0.5) - 1.5, 3)}
+
+
+def _say(message: str) -> None:
+    print(f"[bench] {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--edits", type=int, default=20)
+    parser.add_argument("--files", type=int, default=200, help="files for the no-op embedder run")
+    parser.add_argument("--local-files", type=int, default=12, help="files for the local-model run")
+    parser.add_argument("--only", choices=["latency", "noop", "local"], help="run one part")
+    args = parser.parse_args()
+    parts = {
+        "latency_local": ("latency", lambda tmp, url: latency(tmp, url, args.edits)),
+        "bulk_noop": ("noop", lambda tmp, url: bulk(tmp, url, "hash", args.files, 80)),
+        "bulk_local": ("local", lambda tmp, url: bulk(tmp, url, "local", args.local_files, 80)),
+    }
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        redis = start_private_redis(tmp)
+        try:
+            result: dict = {"cpu_count": os.cpu_count()}
+            for key, (short, run) in parts.items():
+                if args.only in (None, short):
+                    _say(f"{key} …")
+                    result[key] = run(tmp, redis.url)
+                    _say(f"{key}: {json.dumps(result[key])}")
+        finally:
+            redis.stop()
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

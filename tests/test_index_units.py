@@ -1,0 +1,146 @@
+"""Indexer, store, providers and configuration without worker processes (real SQLite files)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from services.indexer import apply, fingerprint, open_writer, rebuild
+from shared.config import load_settings
+from shared.events import ChunkData, ChunksEmbedded, FileDeleted, VectorData
+from shared.exceptions import ConfigError, ProviderError, QuotaExhausted
+from shared.inline import index_now
+from shared.providers import OpenAIProvider, resolve
+from shared.store import IndexReader
+from tests.openai_stub import OpenAIStub
+
+
+def _embedded(path: str, seq: int, text: str, embedder: str) -> ChunksEmbedded:
+    chunk = ChunkData(hash=f"h-{text}", start_line=1, end_line=1, tokens=3, text=text)
+    return ChunksEmbedded(agent="main", path=path, seq=seq, source="memory", sha256=f"s-{text}", size=1, mtime=0,
+                          chunker="c", chunks=[chunk], embedder=embedder, provider="hash", model="m",
+                          vectors=[VectorData.pack(chunk.hash, np.ones(4, np.float32) / 2)], cached=0, embedded=1)
+
+
+def test_stale_events_never_overwrite_newer_ones(workspace: Path, make_settings) -> None:
+    settings, _ = make_settings(workspace)
+    writer = open_writer(settings, "main")
+    embedder = writer.meta("embedder")
+    assert apply(writer, _embedded("memory/a.md", 10, "new text", embedder)).action == "replaced"
+    assert apply(writer, _embedded("memory/a.md", 5, "old text", embedder)).action == "stale"
+    assert [r[0] for r in writer.conn.execute("SELECT text FROM chunks")] == ["new text"]
+    assert apply(writer, FileDeleted(agent="main", path="memory/a.md", seq=12)).action == "deleted"
+    assert apply(writer, _embedded("memory/a.md", 11, "resurrected", embedder)).action == "stale"
+    assert writer.conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 0
+    # the same event twice leaves the index as it was (idempotent jobs)
+    again = _embedded("memory/b.md", 20, "twice", embedder)
+    apply(writer, again)
+    apply(writer, again)
+    assert writer.conn.execute("SELECT count(*) FROM chunks WHERE path = 'memory/b.md'").fetchone()[0] == 1
+    assert writer.conn.execute("SELECT count(*) FROM chunk_vectors").fetchone()[0] == 1
+
+
+def test_vectors_of_another_model_are_never_mixed_in(workspace: Path, make_settings) -> None:
+    settings, _ = make_settings(workspace)
+    writer = open_writer(settings, "main")
+    result = apply(writer, _embedded("memory/a.md", 1, "text", "other:model"))
+    assert result.action == "replaced" and result.vectors_missing == 1
+    assert writer.conn.execute("SELECT count(*) FROM chunk_vectors").fetchone()[0] == 0
+
+
+def test_fingerprint_change_rebuilds_into_a_new_file_reusing_cached_vectors(workspace: Path, make_settings) -> None:
+    (workspace / "MEMORY.md").write_text("# Short\n- one small fact\n")
+    (workspace / "memory" / "2026-01-01.md").write_text("\n".join(f"entry {i} about things" for i in range(300)))
+    settings, _ = make_settings(workspace)
+    first = index_now(settings, "main")
+    old_reader = IndexReader(settings.index_path("main"))
+    old_fp = old_reader.meta("fingerprint")
+    smaller, _ = make_settings(workspace, chunking={"tokens": 200, "overlap": 40})
+    assert fingerprint(smaller, "main") != old_fp
+    stats = rebuild(smaller, "main")  # what open_writer does on the mismatch
+    assert stats["chunks_cached"] >= 1  # MEMORY.md's chunk is the same text: its vector was reused
+    assert stats["chunks_embedded"] == stats["chunks"] - stats["chunks_cached"]
+    new = IndexReader(smaller.index_path("main"))
+    assert new.meta("fingerprint") == fingerprint(smaller, "main")
+    assert new.counts()["chunks"] > first["chunks"]
+    assert old_reader.meta("fingerprint") == old_fp  # a reader of the old file keeps working
+    assert new.cache_get(new.meta("embedder"), ["x"]) == {}
+    cached = new.conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
+    assert cached >= first["chunks"]  # the old cache came along
+    generation = new.meta("generation")
+    open_writer(smaller, "main").close()
+    assert new.meta("generation") == generation  # fingerprint matches now: no second rebuild
+    old_reader.close()
+    new.close()
+
+
+def test_local_provider_finds_text_at_the_end_of_a_long_chunk(workspace: Path, make_settings) -> None:
+    """MiniLM reads 256 pieces; a 400-token chunk is longer. The tail is embedded in its own window."""
+    settings, _ = make_settings(workspace, provider="local")
+    (provider,) = resolve(settings.agent("main").memory_search)
+    filler = " ".join(f"The quarterly budget review covered line item {i} and vendor invoices." for i in range(30))
+    tail = "Our cat Biscuit always sleeps inside the blue laundry basket."
+    chunk = f"{filler} {tail}"
+    windows = provider.embed_chunks([chunk])[0]
+    assert windows.shape[0] >= 2
+    query = provider.embed_query("where does the cat Biscuit sleep?")
+    best, first_window = float((windows @ query).max()), float(windows[0] @ query)
+    assert best > first_window + 0.15
+    distractors = provider.embed_chunks([f"{filler} The printer on floor {i} jams often." for i in range(5)])
+    assert all(best > float((d @ query).max()) for d in distractors)
+
+
+def test_quota_errors_fail_fast_and_5xx_are_retried() -> None:
+    from shared.config import RemoteSettings
+
+    with OpenAIStub() as stub:
+        remote = RemoteSettings(base_url=stub.base_url, max_retries=2)
+        provider = OpenAIProvider("openai-compatible", "m", remote, "key")
+        stub.set(embeddings="quota")
+        with pytest.raises(QuotaExhausted, match="quota"):
+            provider.embed_chunks(["a"])
+        assert len(stub.requests("/embeddings")) == 1
+        stub.set(embeddings="500")
+        with pytest.raises(ProviderError) as info:
+            provider.embed_chunks(["a"])
+        assert info.value.retryable and len(stub.requests("/embeddings")) == 1 + 3
+        stub.set(embeddings="ok")
+        (vector,) = provider.embed_chunks(["hello"])
+        assert vector.shape == (1, 64) and abs(float(np.linalg.norm(vector)) - 1) < 1e-5
+
+
+def test_fallback_is_only_to_providers_of_the_same_vector_space(workspace: Path, make_settings) -> None:
+    with OpenAIStub() as stub:
+        settings, _ = make_settings(workspace, provider="openai-compatible", fallback=["local"], model="m",
+                                    remote={"baseUrl": stub.base_url})
+        chain = resolve(settings.agent("main").memory_search)
+        assert [p.name for p in chain] == ["openai-compatible"]
+
+
+def test_invalid_configuration_names_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"chunking": {"tokens": 100,
+                                                                                      "overlap": 200}}}}}))
+    with pytest.raises(ConfigError, match="chunking.overlap"):
+        load_settings(bad)
+    bad.write_text(json.dumps({"agents": {"defaults": {"memorySearh": {}}}}))
+    with pytest.raises(ConfigError, match="memorySearh"):
+        load_settings(bad)
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_settings(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "missing.json")
+
+
+def test_environment_overrides_the_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"provider": "local"}}}}))
+    settings = load_settings(cfg, environ={"MEMORYD_PROVIDER": "hash", "MEMORYD_STATE_DIR": str(tmp_path / "s"),
+                                           "MEMORYD_DEBOUNCE_MS": "250"})
+    search = settings.agent("main").memory_search
+    assert search.provider == "hash" and search.sync.watch_debounce_ms == 250
+    assert settings.index_path("main") == tmp_path / "s" / "memory" / "main.sqlite"
