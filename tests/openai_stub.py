@@ -3,7 +3,8 @@
 ``/v1/embeddings`` returns deterministic feature-hash vectors; ``/v1/chat/completions``
 returns a scripted reply (default: the user lines that state a rule or decision, or
 ``NO_REPLY``). ``POST /control`` switches failure modes at run time: ``{"embeddings":
-"ok" | "500" | "429" | "quota"}``, ``{"chat": "ok" | "500"}``, ``{"reply": "text"}``, ``{"delay": seconds}`` (per embeddings request).
+"ok" | "500" | "429" | "quota"}``, ``{"chat": "ok" | "500"}``, ``{"reply": "text"}``,
+``{"delay": seconds}`` (per embeddings request).
 Every request is recorded and readable at ``GET /requests``.
 """
 
