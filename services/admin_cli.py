@@ -182,7 +182,8 @@ def _queues(settings: Settings) -> dict[str, Any]:
         conn = busmod.connect(url)
     except MemorydError as exc:
         return {"error": str(exc)}
-    out: dict[str, Any] = {"watcher_last_reconcile": busmod.Bus(conn, settings).last_reconciled()}
+    bus = busmod.Bus(conn, settings)
+    out: dict[str, Any] = {"watcher_last_reconcile": bus.last_reconciled(), "provider_errors": bus.provider_errors()}
     for stage, name in busmod.QUEUES.items():
         queue = Queue(name, connection=conn)
         out[stage] = {"pending": queue.count, "started": StartedJobRegistry(queue=queue).count,

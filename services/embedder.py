@@ -15,6 +15,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
 
 from shared import providers
 from shared.events import ChunksEmbedded, FileChunked, VectorData, VectorsFilled, parse_event
@@ -100,6 +102,8 @@ def embed_files(ctx: WorkerContext, events: Sequence[FileChunked]) -> list[Chunk
             except ProviderError as exc:
                 error = str(exc)
                 log.warning("agent %s: %d chunks left without vectors: %s", agent, len(todo), exc)
+            if ctx.redis_bus is not None:
+                ctx.redis_bus.note_provider_error(agent, error)
         elif todo:
             error = "no embedding provider (memorySearch.provider = none): keyword search only"
         embedded_now = set(todo) & set(vectors)
@@ -152,11 +156,21 @@ def backfill_job(agent: str) -> int:
         matrices, used = providers.embed_with_fallback(chain, [text for _, text in rows])
     except ProviderError as exc:
         log.info("agent %s: backfill waits, provider still failing: %s", agent, exc)
+        ctx.bus.note_provider_error(agent, str(exc))
         return 0
+    ctx.bus.note_provider_error(agent, None)
     event = VectorsFilled(agent=agent, embedder=used.embedder, embedded=len(rows),
                           vectors=[VectorData.pack(h, m) for (h, _), m in zip(rows, matrices, strict=True)])
     ctx.bus.emit("fill", [event])
     return len(rows)
+
+
+def _pending(ctx: WorkerContext, job_id: str) -> bool:
+    try:
+        status = Job.fetch(job_id, connection=ctx.bus.conn).get_status()
+    except NoSuchJobError:
+        return False
+    return status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
 
 
 class BackfillScheduler(threading.Thread):
@@ -173,9 +187,8 @@ class BackfillScheduler(threading.Thread):
         while not self.stop.wait(period):
             try:
                 for agent in self.ctx.bus.agents_missing_vectors():
-                    # a fixed job id per agent: at most one backfill queued at a time
-                    self.ctx.bus.queues["embed"].enqueue(
-                        "services.embedder.backfill_job", agent, job_id=f"backfill-{agent}",
-                        result_ttl=0, failure_ttl=3600, job_timeout=600)
+                    job_id = f"backfill-{agent}"  # at most one backfill queued per agent
+                    if not _pending(self.ctx, job_id):
+                        self.ctx.bus.enqueue("backfill", agent, job_id=job_id)
             except Exception as exc:  # a Redis blip must not end the scheduler thread
                 log.warning("backfill scheduling failed: %s", exc)

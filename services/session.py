@@ -27,9 +27,8 @@ from typing import Any, Literal
 
 import redis
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
-from rq import Retry
 
-from shared.bus import JOBS, RETRY_INTERVALS, Bus
+from shared.bus import Bus
 from shared.chunking import count_tokens, encoding
 from shared.config import AgentConfig, SessionResetSettings, Settings
 from shared.context import Context, assemble, read_bootstrap, session_tokens
@@ -165,13 +164,6 @@ class Sessions:
         agent = self.settings.agent(agent_id)
         return agent, Transcript.of(agent.workspace, session)
 
-    def _enqueue(self, job: str, *args: Any, job_id: str) -> None:
-        m = self.settings.memoryd
-        self.bus.queues["session"].enqueue(
-            JOBS[job], *args, job_id=job_id, retry=Retry(max=m.job_retries, interval=RETRY_INTERVALS),
-            job_timeout=m.job_timeout_seconds, result_ttl=60, failure_ttl=m.failure_ttl_seconds,
-        )
-
     def _claim(self, key: str) -> bool:
         """True once per ``key`` while a job for it can still be pending or retrying."""
         m = self.settings.memoryd
@@ -209,11 +201,11 @@ class Sessions:
             self._ended(agent_id, session, reset, ended_tokens)
         if flush is not None:
             self.bus.log([FlushRequested(agent=agent_id, session=session, tokens=tokens, compaction_count=cycle)])
-            self._enqueue("flush", agent_id, session, cycle,
+            self.bus.enqueue("flush", agent_id, session, cycle,
                           job_id=f"flush-{agent_id}-{session}-{seg.resets}-{cycle}")
         compact = tokens >= thresholds.compact and self._claim(f"{agent_id}:{session}:{seg.resets}:{cycle}")
         if compact:
-            self._enqueue("compact", agent_id, session, cycle,
+            self.bus.enqueue("compact", agent_id, session, cycle,
                           job_id=f"compact-{agent_id}-{session}-{seg.resets}-{cycle}")
         return {"entry": as_json(message), "tokens": tokens, "compactionCount": cycle,
                 "flushRequested": flush is not None, "compactionRequested": compact,
@@ -345,7 +337,7 @@ class Sessions:
         log.info("session %s/%s reset (%s)", agent_id, session, reset.reason)
         if inline:
             return self.save_session_memory(agent_id, session, reset.id)
-        self._enqueue("session_memory", agent_id, session, reset.id, job_id=f"note-{agent_id}-{session}-{reset.id}")
+        self.bus.enqueue("session_memory", agent_id, session, reset.id, job_id=f"note-{agent_id}-{session}-{reset.id}")
         return []
 
     def save_session_memory(self, agent_id: str, session: str, reset_id: str) -> list[str]:

@@ -7,6 +7,7 @@ appended to the agent's log stream ``memoryd:log:<agent>``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -43,6 +44,9 @@ JOBS = {
     "compact": "services.session.compact_job",
     "session_memory": "services.session.session_memory_job",
 }
+#: The queue of each job that is not named after its stage.
+JOB_STAGE = {"backfill": "embed", "fill": "index", "flush": "session", "compact": "session",
+             "session_memory": "session"}
 #: Backoff between a failed job's retries, seconds.
 RETRY_INTERVALS = [1, 5, 20]
 #: Entries kept per agent in the Redis log stream (approximate trim).
@@ -164,22 +168,26 @@ class Bus:
                       maxlen=LOG_MAX_LEN, approximate=True)
         pipe.execute()
 
-    def emit(self, job: str, events: Sequence[Event], *, job_id: str | None = None) -> None:
-        """Log ``events`` and enqueue them, as one batch, for the job ``job`` (a key of JOBS)."""
-        if not events:
-            return
-        self.log(events)
-        stage = {"backfill": "embed", "fill": "index"}.get(job, job)
+    def enqueue(self, job: str, *args: object, job_id: str | None = None) -> None:
+        """Queue ``JOBS[job]`` on its stage's queue with the configured retries, timeout and TTLs."""
+        stage = JOB_STAGE.get(job, job)
         m = self.settings.memoryd
         self.queues[stage].enqueue(
             JOBS[job],
-            [e.model_dump_json() for e in events],
+            *args,
             job_id=job_id,
             retry=Retry(max=m.job_retries, interval=RETRY_INTERVALS),
             job_timeout=m.job_timeout_seconds,
             result_ttl=60,
             failure_ttl=m.failure_ttl_seconds,
         )
+
+    def emit(self, job: str, events: Sequence[Event], *, job_id: str | None = None) -> None:
+        """Log ``events`` and enqueue them, as one batch, for the job ``job`` (a key of JOBS)."""
+        if not events:
+            return
+        self.log(events)
+        self.enqueue(job, [e.model_dump_json() for e in events], job_id=job_id)
 
     # --- a run of `memoryd index`: counters the stages bump, the CLI reads ---------------
     def count(self, run: str | None, **fields: int) -> None:
@@ -201,6 +209,16 @@ class Bus:
 
     def last_reconciled(self) -> dict[str, float]:
         return {k.decode(): float(v) for k, v in self.conn.hgetall("memoryd:reconciled").items()}
+
+    def note_provider_error(self, agent: str, error: str | None) -> None:
+        """The embedder's last provider failure for ``agent`` (None: it worked again)."""
+        if error is None:
+            self.conn.hdel("memoryd:provider-errors", agent)
+        else:
+            self.conn.hset("memoryd:provider-errors", agent, json.dumps({"at": time.time(), "error": error}))
+
+    def provider_errors(self) -> dict[str, dict[str, object]]:
+        return {k.decode(): json.loads(v) for k, v in self.conn.hgetall("memoryd:provider-errors").items()}
 
     def note_missing_vectors(self, agent: str, missing: int) -> None:
         self.conn.hset("memoryd:missing-vectors", agent, missing)

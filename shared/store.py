@@ -9,6 +9,7 @@ vector per window and is scored by its best one.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -105,6 +106,24 @@ def _migrate(conn: Any) -> None:
             raise
 
 
+def _create(path: Path) -> None:
+    """A new index appears whole: built under a temp name, migrated, then renamed into place,
+    so a reader never opens a file without its tables."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
+    conn = sqlitedb.connect(tmp)
+    try:
+        _migrate(conn)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    for side in ("-wal", "-shm"):
+        Path(f"{tmp}{side}").unlink(missing_ok=True)
+    if path.exists():  # another writer won the race: use its file
+        tmp.unlink()
+    else:
+        os.replace(tmp, path)
+
+
 class _Queries:
     conn: Any
 
@@ -187,6 +206,8 @@ class IndexWriter(_Queries):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():
+            _create(self.path)
         self.conn = sqlitedb.connect(self.path)
         _migrate(self.conn)
 

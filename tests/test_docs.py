@@ -1,0 +1,94 @@
+"""The docs stay true: every setting, command and event is documented; README matches CI."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import typing
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from services.cli import build_parser
+from services.up import services
+from shared import events
+from shared.config import AgentEntry, Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+DOCS = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md"))
+
+
+def _setting_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    paths = []
+    for name, field in model.model_fields.items():
+        if field.exclude:
+            continue
+        path = f"{prefix}.{field.alias or name}" if prefix else (field.alias or name)
+        sub = field.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            paths += _setting_paths(sub, path)
+        else:
+            paths.append(path)
+    return paths
+
+
+def _quick_start_commands() -> list[str]:
+    section = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    return [block.strip() for block in re.findall(r"```sh\n(.*?)```", section, re.S)]
+
+
+def test_readme_quick_start_has_exactly_two_one_line_commands() -> None:
+    commands = _quick_start_commands()
+    assert len(commands) == 2
+    assert all("\n" not in c for c in commands)
+    assert "memoryd up" in commands[0] and "pytest" in commands[1]
+
+
+def test_ci_runs_the_readme_test_command_verbatim() -> None:
+    assert _quick_start_commands()[1] in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path", _setting_paths(Settings))
+def test_every_setting_is_in_configuration_md(path: str) -> None:
+    doc = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    short = path.split(".", 2)[-1] if path.startswith("agents.defaults.") else path
+    short = short.removeprefix("memorySearch.")
+    assert f"`{path}`" in doc or f"`{short}`" in doc, f"{path} is not documented in docs/configuration.md"
+
+
+def test_every_agent_entry_field_is_documented() -> None:
+    doc = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    for name, field in AgentEntry.model_fields.items():
+        assert f"agents.list[].{field.alias or name}" in doc
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> list[tuple[str, str | None]]:
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                full = f"{prefix} {name}".strip()
+                out.append((full, helps.get(name)))
+                out += _commands(sub, full)
+    return out
+
+
+@pytest.mark.parametrize("command,help_text", _commands(build_parser()))
+def test_every_command_has_help_and_a_docs_entry(command: str, help_text: str | None) -> None:
+    assert help_text, f"`memoryd {command}` has no help text"
+    assert f"memoryd {command}" in README + DOCS, f"`memoryd {command}` is not mentioned in README or docs/"
+
+
+def test_every_event_type_is_in_events_md() -> None:
+    doc = (ROOT / "docs" / "events.md").read_text(encoding="utf-8")
+    for member in typing.get_args(typing.get_args(events.AnyEvent)[0]):
+        type_name = member.model_fields["type"].default
+        assert f"`{type_name}`" in doc, f"{type_name} is not documented in docs/events.md"
+
+
+def test_procfile_has_one_line_per_service_of_memoryd_up() -> None:
+    lines = dict(line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines() if line.strip())
+    assert {name: f"memoryd {' '.join(argv)}" for name, argv in services(http=True).items()} == lines
