@@ -2,9 +2,11 @@
 
 - save→indexed latency (p50/p95) of single-file edits through the real watcher and
   workers with the local model, debounce included (default 1.5 s);
-- bulk throughput in chunks/s with the local model and with the no-op ``hash``
-  embedder (pipeline overhead), next to the same work done in one process without
-  Redis (``shared.inline``) in the same run: the ratio is the pipeline's own cost;
+- bulk throughput in chunks/s with the local model, with the no-op embedder
+  (``provider: none``: the embed stage runs, nothing is embedded — the pipeline's own
+  overhead) and with the cheap ``hash`` embedder (the same plus writing vectors), each
+  next to the same work done in one process without Redis (``shared.inline``) in the
+  same run: the ratio is the cost of the queues and processes;
 - embeddings on an unchanged re-scan (goal 0).
 
 Everything runs against a private redis-server started for the run, in a temp dir.
@@ -89,6 +91,7 @@ def bulk(tmp: Path, redis: str, provider: str, files: int, lines: int) -> dict:
     start = time.monotonic()
     inline = index_now(base_settings, name)
     inline_seconds = time.monotonic() - start
+    windows = IndexReader(base_settings.index_path(name)).conn.execute("SELECT count(*) FROM chunk_vectors")
     pipeline_rate = first["chunks"] / first["seconds"]
     inline_rate = inline["chunks"] / inline_seconds
     return {
@@ -96,6 +99,7 @@ def bulk(tmp: Path, redis: str, provider: str, files: int, lines: int) -> dict:
         "seconds": first["seconds"], "chunks_per_s": round(pipeline_rate, 1),
         "inline_chunks_per_s": round(inline_rate, 1),
         "pipeline_vs_inline": round(pipeline_rate / inline_rate, 3),
+        "vectors_per_chunk": round(windows.fetchone()[0] / max(inline["chunks"], 1), 2),
         "rescan_chunks_embedded": again["chunks_embedded"], "rescan_seconds": again["seconds"],
     }
 
@@ -150,11 +154,12 @@ def main() -> None:
     parser.add_argument("--edits", type=int, default=20)
     parser.add_argument("--files", type=int, default=200, help="files for the no-op embedder run")
     parser.add_argument("--local-files", type=int, default=12, help="files for the local-model run")
-    parser.add_argument("--only", choices=["latency", "noop", "local"], help="run one part")
+    parser.add_argument("--only", choices=["latency", "noop", "hash", "local"], help="run one part")
     args = parser.parse_args()
     parts = {
         "latency_local": ("latency", lambda tmp, url: latency(tmp, url, args.edits)),
-        "bulk_noop": ("noop", lambda tmp, url: bulk(tmp, url, "hash", args.files, 80)),
+        "bulk_noop": ("noop", lambda tmp, url: bulk(tmp, url, "none", args.files, 80)),
+        "bulk_hash": ("hash", lambda tmp, url: bulk(tmp, url, "hash", args.files, 80)),
         "bulk_local": ("local", lambda tmp, url: bulk(tmp, url, "local", args.local_files, 80)),
     }
     with tempfile.TemporaryDirectory() as d:
