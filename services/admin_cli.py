@@ -78,9 +78,9 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         session.run(settings, conn)
         return 0
     if args.stage == "embed" and not args.burst:
-        from services.embedder import BackfillScheduler
+        from services.embedder import backfill_scheduler
 
-        BackfillScheduler(set_context(settings, conn)).start()
+        backfill_scheduler(set_context(settings, conn)).start()
     run_worker(args.stage, settings, conn, burst=args.burst)
     return 0
 

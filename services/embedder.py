@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
+import redis
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
@@ -22,7 +23,7 @@ from shared import providers
 from shared.events import ChunksEmbedded, FileChunked, VectorData, VectorsFilled, parse_event
 from shared.exceptions import IndexMissing, ProviderError
 from shared.store import IndexReader
-from shared.worker import WorkerContext, context
+from shared.worker import Periodic, WorkerContext, context
 
 log = logging.getLogger("memoryd.embedder")
 
@@ -173,22 +174,15 @@ def _pending(ctx: WorkerContext, job_id: str) -> bool:
     return status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
 
 
-class BackfillScheduler(threading.Thread):
-    """In each embedder process: every ``vectorRetrySeconds``, queue a backfill per agent with gaps."""
+def schedule_backfills(ctx: WorkerContext) -> None:
+    """Queue a backfill for every agent whose index has chunks without vectors."""
+    for agent in ctx.bus.agents_missing_vectors():
+        job_id = f"backfill-{agent}"  # at most one backfill queued per agent
+        if not _pending(ctx, job_id):
+            ctx.bus.enqueue("backfill", agent, job_id=job_id)
 
-    def __init__(self, ctx: WorkerContext) -> None:
-        super().__init__(daemon=True, name="vector-backfill")
-        self.ctx = ctx
-        self.stop = threading.Event()
 
-    def run(self) -> None:
-        period = min(self.ctx.settings.agent(a).memory_search.sync.vector_retry_seconds
-                     for a in self.ctx.settings.agent_ids())
-        while not self.stop.wait(period):
-            try:
-                for agent in self.ctx.bus.agents_missing_vectors():
-                    job_id = f"backfill-{agent}"  # at most one backfill queued per agent
-                    if not _pending(self.ctx, job_id):
-                        self.ctx.bus.enqueue("backfill", agent, job_id=job_id)
-            except Exception as exc:  # a Redis blip must not end the scheduler thread
-                log.warning("backfill scheduling failed: %s", exc)
+def backfill_scheduler(ctx: WorkerContext) -> Periodic:
+    """In each embedder process: every ``vectorRetrySeconds``, queue the backfills that are due."""
+    period = min(ctx.settings.agent(a).memory_search.sync.vector_retry_seconds for a in ctx.settings.agent_ids())
+    return Periodic("vector-backfill", period, lambda: schedule_backfills(ctx), errors=(redis.RedisError,))

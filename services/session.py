@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -51,8 +50,8 @@ from shared.transcript import (
     segment,
 )
 from shared.transcript import FlushRequested as FlushRequestedEntry
+from shared.worker import Periodic, run_worker
 from shared.worker import context as worker_context
-from shared.worker import run_worker
 
 log = logging.getLogger("memoryd.session")
 Clock = Callable[[], datetime]
@@ -400,28 +399,11 @@ def session_memory_job(agent_id: str, session: str, reset_id: str) -> list[str]:
     return _sessions().save_session_memory(agent_id, session, reset_id)
 
 
-class Scheduler(threading.Thread):
-    """Runs :meth:`Sessions.tick` every ``every`` seconds until stopped."""
-
-    def __init__(self, sessions: Sessions, every: float = SCHEDULER_SECONDS) -> None:
-        super().__init__(daemon=True, name="session-lifecycle")
-        self.sessions = sessions
-        self.every = every
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while True:
-            try:
-                self.sessions.tick()
-            except (MemorydError, redis.RedisError, OSError) as exc:
-                log.warning("lifecycle tick failed (next try in %.0fs): %s", self.every, exc)
-            if self.stop.wait(self.every):
-                return
-
-
 def run(settings: Settings, conn: redis.Redis) -> None:
     """The session service process: the lifecycle scheduler plus the ``session`` queue's worker."""
-    scheduler = Scheduler(Sessions(settings, Bus(conn, settings)))
+    sessions = Sessions(settings, Bus(conn, settings))
+    scheduler = Periodic("session-lifecycle", SCHEDULER_SECONDS, sessions.tick, immediately=True,
+                         errors=(MemorydError, redis.RedisError, OSError))
     scheduler.start()
     try:
         run_worker("session", settings, conn)

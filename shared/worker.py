@@ -5,9 +5,10 @@ worker here, and models stay loaded). Job functions are plain top-level function
 take event JSON; they reach the process's settings and Redis through :func:`context`,
 which ``run_worker`` (or ``memoryd index``'s in-process burst workers) sets up.
 
-A worker killed with ``kill -9`` leaves its job "started" until RQ's heartbeat expires
-(≥ 60 s). Each worker therefore sweeps, at start and every few seconds, the jobs that a
-dead worker *on this host* left started (its pid is gone) and requeues them at once.
+A worker killed with ``kill -9`` leaves its job started, half-started or in RQ's
+intermediate queue until RQ's heartbeat and maintenance intervals pass (minutes). Each
+worker therefore sweeps, at start and every few seconds, the jobs held by dead workers
+*on this host* (their pid is gone) and requeues them at once (:func:`requeue_orphans`).
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from typing import Any
 
 import redis
 from rq import Queue, SimpleWorker
-from rq.job import Job
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
+from rq.utils import as_text, now, parse_composite_key
 
 from shared.bus import QUEUES, Bus
 from shared.config import Settings, load_settings
@@ -89,40 +92,92 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _dead_here(name: str) -> bool:
+    """Whether ``name`` is one of our worker names on this host whose process is gone."""
+    parts = (name or "").rsplit(".", 1)
+    return len(parts) == 2 and parts[1].isdigit() and parts[0].endswith("." + HOST) and not _pid_alive(int(parts[1]))
+
+
+#: A job may sit in RQ's intermediate queue between dequeue and start for milliseconds;
+#: one still there after this long, with no execution, was taken by a worker that died.
+STUCK_INTERMEDIATE_SECONDS = 10.0
+
+
+def _requeue(queue: Queue, job_id: str) -> bool:
+    conn = queue.connection
+    conn.lrem(queue.intermediate_queue_key, 0, job_id)
+    try:
+        job = Job.fetch(job_id, connection=conn)
+    except NoSuchJobError:
+        return False
+    StartedJobRegistry(queue=queue).remove_executions(job)
+    if job.get_status() in (JobStatus.FINISHED, JobStatus.FAILED) or job_id in queue.get_job_ids():
+        return False
+    queue.enqueue_job(job)
+    return True
+
+
 def requeue_orphans(queue: Queue) -> int:
-    """Requeue started jobs whose worker was a process on this host that no longer exists."""
-    registry = StartedJobRegistry(queue=queue)
+    """Requeue the jobs that workers of this host, now dead (``kill -9``), were holding.
+
+    A dead worker can leave a job in three states: started with its name on the job;
+    half-started (in the started registry and the worker's executions, status still
+    queued); or only moved to RQ's intermediate queue. RQ itself recovers them after its
+    heartbeat and maintenance intervals (minutes); this does it in seconds.
+    """
+    conn = queue.connection
     moved = 0
-    for job_id in registry.get_job_ids():
-        try:
-            job = Job.fetch(job_id, connection=queue.connection)
-        except Exception:
+    registry = StartedJobRegistry(queue=queue)
+    for worker in SimpleWorker.all(queue=queue):
+        if not _dead_here(worker.name):
             continue
-        name = job.worker_name or ""
-        parts = name.rsplit(".", 1)
-        if len(parts) != 2 or not parts[1].isdigit() or not parts[0].endswith("." + HOST):
+        held = {parse_composite_key(as_text(k))[0] for k in conn.smembers(worker.executions_key)}
+        for job_id in registry.get_job_ids(cleanup=False):
+            job = Job.fetch(job_id, connection=conn) if Job.exists(job_id, connection=conn) else None
+            if job is not None and job.worker_name == worker.name:
+                held.add(job_id)
+        for job_id in sorted(held):
+            if _requeue(queue, job_id):
+                moved += 1
+                log.warning("requeued job %s held by dead worker %s", job_id, worker.name)
+        worker.register_death()
+    started = set(registry.get_job_ids(cleanup=False))
+    intermediate = queue.intermediate_queue
+    for job_id in intermediate.get_job_ids():
+        if job_id in started:
             continue
-        if _pid_alive(int(parts[1])):
-            continue
-        registry.remove_executions(job)
-        queue.enqueue_job(job)
-        moved += 1
-        log.warning("requeued job %s orphaned by dead worker %s", job.id, name)
+        intermediate.set_first_seen(job_id)
+        seen = intermediate.get_first_seen(job_id)
+        if seen and (now() - seen).total_seconds() > STUCK_INTERMEDIATE_SECONDS and _requeue(queue, job_id):
+            moved += 1
+            log.warning("requeued job %s stuck in the intermediate queue", job_id)
     return moved
 
 
-class _Sweeper(threading.Thread):
-    def __init__(self, queue: Queue) -> None:
-        super().__init__(daemon=True, name="orphan-sweeper")
-        self.queue = queue
+class Periodic(threading.Thread):
+    """Call ``action`` every ``every`` seconds until ``stop`` is set (at once first, with
+    ``immediately``). An error of the ``errors`` kinds is logged and the loop goes on: a
+    Redis blip must not end a background duty of a long-running process."""
+
+    def __init__(self, name: str, every: float, action: Callable[[], object], *,
+                 errors: tuple[type[BaseException], ...], immediately: bool = False) -> None:
+        super().__init__(daemon=True, name=name)
+        self.every = every
+        self.action = action
+        self.errors = errors
+        self.immediately = immediately
         self.stop = threading.Event()
 
     def run(self) -> None:
-        while not self.stop.wait(ORPHAN_SWEEP_SECONDS):
+        if not self.immediately and self.stop.wait(self.every):
+            return
+        while True:
             try:
-                requeue_orphans(self.queue)
-            except redis.RedisError as exc:
-                log.warning("orphan sweep failed: %s", exc)
+                self.action()
+            except self.errors as exc:
+                log.warning("%s failed (next try in %.0fs): %s", self.name, self.every, exc)
+            if self.stop.wait(self.every):
+                return
 
 
 def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool = False) -> None:
@@ -131,7 +186,8 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
     queue = Queue(QUEUES[stage], connection=conn)
     requeue_orphans(queue)
     worker = SimpleWorker([queue], connection=conn, name=worker_name(stage))
-    sweeper = _Sweeper(queue)
+    sweeper = Periodic("orphan-sweeper", ORPHAN_SWEEP_SECONDS, lambda: requeue_orphans(queue),
+                       errors=(redis.RedisError,))
     if not burst:
         sweeper.start()
     try:
