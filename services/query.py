@@ -309,7 +309,7 @@ class QueryService:
     def _chain(self, agent: AgentConfig) -> list[providers.Provider]:
         with self._lock:
             if agent.id not in self._providers:
-                self._providers[agent.id] = providers.resolve(agent.memory_search)
+                self._providers[agent.id] = providers.resolve(agent.memory_search, for_queries=True)
             return self._providers[agent.id]
 
     # --- memory_get --------------------------------------------------------------------

