@@ -72,10 +72,7 @@ class Chunker:
             while end + 1 < n and total + costs[end + 1] <= self.tokens + 1 and costs[end + 1] - 1 <= self.tokens:
                 end += 1
                 total += costs[end]
-            chunk = self._make(lines, start, end)
-            while chunk.tokens > self.tokens and end > start:  # BPE merged across a line end
-                end -= 1
-                chunk = self._make(lines, start, end)
+            chunk = self._make(lines, start, end, total - 1)
             if chunk.text.strip():
                 chunks.append(chunk)
             if end + 1 >= n:
@@ -92,10 +89,12 @@ class Chunker:
             nxt -= 1
         return nxt
 
-    def _make(self, lines: list[str], start: int, end: int) -> ChunkData:
+    def _make(self, lines: list[str], start: int, end: int, tokens: int) -> ChunkData:
+        """``tokens``: the lines' own counts plus one per line break — never less than
+        tiktoken's count of the joined text (BPE only merges more across a line break, e.g.
+        trailing spaces with the newline), so a chunk is never over the limit."""
         text = "\n".join(lines[start:end + 1])
-        return ChunkData(hash=sha256_text(text), start_line=start + 1, end_line=end + 1,
-                         tokens=count_tokens(text), text=text)
+        return ChunkData(hash=sha256_text(text), start_line=start + 1, end_line=end + 1, tokens=tokens, text=text)
 
     def _split_line(self, line: str, number: int) -> list[ChunkData]:
         enc = encoding()

@@ -64,6 +64,7 @@ class ChunkData(BaseModel):
     hash: str
     start_line: int
     end_line: int
+    #: Counted line by line (see Chunker._make): at least tiktoken's count of ``text``.
     tokens: int
     text: str
 

@@ -27,10 +27,10 @@ def test_chunker_properties(text: str, sizes: tuple[int, int]) -> None:
         span = "\n".join(lines[chunk.start_line - 1:chunk.end_line])
         if chunk.start_line == chunk.end_line and count_tokens(lines[chunk.start_line - 1]) > tokens:
             assert chunk.text in span  # a piece of one over-long line
+            assert chunk.tokens == count_tokens(chunk.text)
         else:
             assert chunk.text == span  # start/end lines match the text exactly
-            assert chunk.tokens <= tokens
-        assert chunk.tokens == count_tokens(chunk.text)
+            assert count_tokens(chunk.text) <= chunk.tokens <= tokens  # the line-by-line count bounds it
         assert chunk.hash == sha256_text(chunk.text)
         assert chunk.text.strip()  # whitespace-only chunks are dropped
         covered.update(range(chunk.start_line, chunk.end_line + 1))
