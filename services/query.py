@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from services.query_models import (
     SearchResponse,
     SearchResult,
 )
-from services.query_vectors import VectorMatrix, single_blas_thread
+from services.query_vectors import VectorHit, VectorMatrix, single_blas_thread
 from shared import providers, sqlitedb
 from shared.config import AgentConfig, Settings
 from shared.exceptions import ConfigError, IndexMissing, MemoryFileMissing, PathRefused, ProviderError
@@ -142,6 +142,7 @@ class _Vectors:
 
     query: np.ndarray | None
     reason: str | None
+    hits: list[VectorHit] = field(default_factory=list)
 
 
 class QueryService:
@@ -195,30 +196,28 @@ class QueryService:
         keyword_query = query_keyword.parse(request.query)
 
         with self.index(agent_id).snapshot() as index:
-            # The query embedding (~8 ms, ONNX releases the GIL) runs while the keyword side reads.
-            pending = self._start_vector(agent, index, request.query) if mode != "keyword" else _Vectors(None, None)
-            keyword: tuple[list[tuple[int, float]], list[int]] | None = None
+            # The query embedding (~7 ms, ONNX releases the GIL) runs while the keyword side
+            # finds, reads and scores its candidates; only the vector side's newcomers wait for it.
+            pending = (self._start_vector(agent, index, request.query, limit, source) if mode != "keyword"
+                       else _Vectors(None, None))
+            side = _TextSide(cands={}, rows={}, weights=[], first_terms={})
             if mode != "vector":
-                keyword = self._keyword(index, keyword_query, limit, source, alone=not isinstance(pending, Future))
+                side = self._text_side(index, keyword_query, limit, source, alone=not isinstance(pending, Future))
             vectors = pending.result() if isinstance(pending, Future) else pending
-            if vectors.query is None and (keyword is None or isinstance(pending, Future)):
+            text_side = mode != "vector"
+            if vectors.query is None and (not text_side or isinstance(pending, Future)):
                 # No vectors after all (vector mode without them, or the provider failed): keyword alone.
-                keyword = self._keyword(index, keyword_query, limit, source, alone=True)
-            cands: dict[int, fusion.Candidate] = {}
-            if vectors.query is not None and index.vectors is not None:
-                for hit in index.vectors.search(vectors.query, limit, source):
-                    cands[hit.chunk_id] = fusion.Candidate(hit.chunk_id, vector=hit.score, vector_rank=hit.rank)
-            text_side = keyword is not None
-            if keyword is not None:
-                hits, by_path = keyword
-                for rank, (cid, bm25) in enumerate(hits, start=1):
-                    c = cands.setdefault(cid, fusion.Candidate(cid))
-                    c.text_rank, c.bm25 = rank, bm25
-                for cid in by_path:
-                    cands.setdefault(cid, fusion.Candidate(cid))
-            rows = index.chunks(list(cands))
-            weights = index.keyword.weights(keyword_query) if text_side and index.keyword else []
-            results = self._score(cands, rows, keyword_query, weights, mode, agent, text_side,
+                side = self._text_side(index, keyword_query, limit, source, alone=True)
+                text_side = True
+            cands = side.cands
+            for hit in vectors.hits:
+                c = cands.setdefault(hit.chunk_id, fusion.Candidate(hit.chunk_id))
+                c.vector, c.vector_rank = hit.score, hit.rank
+            newcomers = [cid for cid in cands if cid not in side.rows]
+            side.rows.update(index.chunks(newcomers))
+            if text_side:
+                _evidence(side, keyword_query, newcomers)
+            results = self._score(cands, side.rows, side.first_terms, mode, agent, text_side,
                                   vectors.query is not None, request.explain, min_score, max_results)
 
         vector_side = vectors.query is not None
@@ -227,9 +226,9 @@ class QueryService:
                               fusion=mode, reason=vectors.reason)
 
     def _score(self, cands: dict[int, fusion.Candidate], rows: dict[int, tuple[str, str, int, int, str]],
-               keyword_query: query_keyword.KeywordQuery, weights: list[float], mode: str,
-               agent: AgentConfig, text_side: bool, vector_side: bool, explain: bool,
-               min_score: float, max_results: int) -> list[SearchResult]:
+               first_terms: dict[int, query_keyword.Term | None], mode: str, agent: AgentConfig,
+               text_side: bool, vector_side: bool, explain: bool, min_score: float,
+               max_results: int) -> list[SearchResult]:
         """Fuse every candidate's scores; build results (snippets) only for the ones returned."""
         hybrid = agent.memory_search.query.hybrid
         sides = int(text_side) + int(vector_side)
@@ -237,11 +236,6 @@ class QueryService:
         for cid, c in cands.items():
             if cid not in rows:
                 continue  # in the vector matrix but no longer a chunk: left for the next refresh
-            path, _, _, _, text = rows[cid]
-            first_term = None
-            if text_side:
-                ev = query_keyword.evidence(keyword_query, weights, text, path, c.text_rank, c.bm25)
-                c.text, first_term = ev.score, ev.first_term
             if mode == "weighted":
                 c.fused = fusion.weighted(c, hybrid.vector_weight if vector_side else 0.0,
                                           hybrid.text_weight if text_side else 0.0,
@@ -249,18 +243,33 @@ class QueryService:
             else:
                 c.fused = fusion.calibrated_rrf(c, sides)
             if c.fused >= min_score:
-                scored.append((-c.fused, c.text_rank or 10**9, c.vector_rank or 10**9, cid, first_term))
-        scored.sort(key=lambda item: item[:4])
+                scored.append((-c.fused, c.text_rank or 10**9, c.vector_rank or 10**9, cid))
+        scored.sort()
         results = []
-        for _, _, _, cid, first_term in scored[:max_results]:
+        for _, _, _, cid in scored[:max_results]:
             c = cands[cid]
             path, source, start, end, text = rows[cid]
             results.append(SearchResult(
                 path=path, start_line=start, end_line=end, score=round(c.fused, 4), source=source,
-                snippet=snippet(text, query_keyword.first_line(text, first_term)),
+                snippet=snippet(text, query_keyword.first_line(text, first_terms.get(cid))),
                 explain=_explain(c) if explain else None,
             ))
         return results
+
+    def _text_side(self, index: AgentIndex, query: query_keyword.KeywordQuery, limit: int, source: str | None,
+                   alone: bool) -> _TextSide:
+        """The keyword side's candidates, their rows and their text scores."""
+        hits, by_path = self._keyword(index, query, limit, source, alone)
+        cands: dict[int, fusion.Candidate] = {}
+        for rank, (cid, bm25) in enumerate(hits, start=1):
+            c = cands.setdefault(cid, fusion.Candidate(cid))
+            c.text_rank, c.bm25 = rank, bm25
+        for cid in by_path:
+            cands.setdefault(cid, fusion.Candidate(cid))
+        weights = index.keyword.weights(query) if index.keyword else []
+        side = _TextSide(cands=cands, rows=index.chunks(list(cands)), weights=weights, first_terms={})
+        _evidence(side, query, list(cands))
+        return side
 
     @staticmethod
     def _keyword(index: AgentIndex, query: query_keyword.KeywordQuery, limit: int, source: str | None,
@@ -269,8 +278,10 @@ class QueryService:
         return (index.keyword.candidates(query, limit, source, alone=alone),
                 index.keyword.path_candidates(query, limit, source))
 
-    def _start_vector(self, agent: AgentConfig, index: AgentIndex, text: str) -> _Vectors | Future[_Vectors]:
-        """The query's vector in the index's vector space (cached, or being embedded), or why there is none."""
+    def _start_vector(self, agent: AgentConfig, index: AgentIndex, text: str, limit: int,
+                      source: str | None) -> _Vectors | Future[_Vectors]:
+        """The vector side, started on the embedding thread: embed the query (or take it from the
+        cache), then scan the matrix — all while the keyword side runs. Or why there is none."""
         if index.vectors is None or not len(index.vectors):
             return _Vectors(None, f"index of agent {agent.id!r} has no vectors yet: answered by keyword")
         try:
@@ -283,15 +294,21 @@ class QueryService:
             return _Vectors(None, f"index holds vectors of {index.embedder!r}, the configured provider makes "
                                   f"{chain[0].embedder!r}; they are not mixed. Rebuild with `memoryd index "
                                   f"--agent {agent.id}` (keyword-only until then)")
-        key = (chain[0].embedder, text)
+        return self._embedder.submit(self._vector_side, chain, (chain[0].embedder, text), index, limit, source)
+
+    def _vector_side(self, chain: list[providers.Provider], key: tuple[str, str], index: AgentIndex, limit: int,
+                     source: str | None) -> _Vectors:
+        found = self._embed(chain, key)
+        if found.query is not None and index.vectors is not None:
+            found.hits = index.vectors.search(found.query, limit, source)
+        return found
+
+    def _embed(self, chain: list[providers.Provider], key: tuple[str, str]) -> _Vectors:
         with self._lock:
             cached = self._query_cache.get(key)
             if cached is not None:
                 self._query_cache.move_to_end(key)
                 return _Vectors(cached, None)
-        return self._embedder.submit(self._embed, chain, key)
-
-    def _embed(self, chain: list[providers.Provider], key: tuple[str, str]) -> _Vectors:
         errors = []
         for provider in chain:
             try:
@@ -330,6 +347,25 @@ class QueryService:
                                note=f"read capped at {cap} lines (memorySearch.query.maxReadLines); continue "
                                     f"with from={request.from_ + count}")
         return GetResponse(path=found.path, text=text)
+
+
+@dataclass
+class _TextSide:
+    cands: dict[int, fusion.Candidate]
+    rows: dict[int, tuple[str, str, int, int, str]]
+    weights: list[float]
+    first_terms: dict[int, query_keyword.Term | None]
+
+
+def _evidence(side: _TextSide, query: query_keyword.KeywordQuery, ids: list[int]) -> None:
+    """Text scores of the candidates ``ids`` (calibrated share of the query's terms they hold)."""
+    for cid in ids:
+        row = side.rows.get(cid)
+        if row is None:
+            continue
+        c = side.cands[cid]
+        ev = query_keyword.evidence(query, side.weights, row[4], row[0], c.text_rank, c.bm25)
+        c.text, side.first_terms[cid] = ev.score, ev.first_term
 
 
 def _read_lines(absolute: Path, path: str) -> list[str]:
