@@ -53,7 +53,10 @@ def ensure_workspace(agent: AgentConfig) -> bool:
     for name, text in STANDARD_FILES.items():
         (ws / name).write_text(text, encoding="utf-8")
     git = shutil.which("git")
-    if git:
-        subprocess.run([git, "init", "-q", str(ws)], check=False, capture_output=True)
+    if git:  # versioned from the start, so every later change shows in `git diff`
+        for argv in (["init", "-q"], ["add", "-A"],
+                     ["-c", "user.name=memoryd", "-c", "user.email=memoryd@localhost", "commit", "-q", "-m",
+                      "memoryd: new workspace"]):
+            subprocess.run([git, "-C", str(ws), *argv], check=False, capture_output=True)
     log.warning("agent %s: created workspace %s", agent.id, ws)
     return True

@@ -63,8 +63,20 @@ return nxt
 """
 
 
+#: Where `memoryd up` notes the private Redis it started, so other commands find it.
+PRIVATE_URL_FILE = "redis/url"
+
+
 def redis_url(settings: Settings) -> str:
-    return settings.memoryd.redis_url or DEFAULT_REDIS_URL
+    """The configured Redis; else the private one a running `memoryd up` started; else localhost."""
+    if settings.memoryd.redis_url:
+        return settings.memoryd.redis_url
+    noted = settings.state_dir / PRIVATE_URL_FILE
+    if noted.exists():
+        url = noted.read_text(encoding="utf-8").strip()
+        if answers(url):
+            return url
+    return DEFAULT_REDIS_URL
 
 
 def connect(url: str) -> redis.Redis:
@@ -94,8 +106,10 @@ class PrivateRedis:
     url: str
     process: subprocess.Popen[bytes]
     binary: str
+    noted: Path
 
     def stop(self) -> None:
+        self.noted.unlink(missing_ok=True)
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -136,7 +150,9 @@ def start_private_redis(state_dir: Path) -> PrivateRedis:
         if process.poll() is not None or time.monotonic() > deadline:
             raise RedisUnavailable(f"{binary} did not start; see {workdir / 'redis.log'}")
         time.sleep(0.05)
-    return PrivateRedis(url=url, process=process, binary=binary)
+    noted = state_dir / PRIVATE_URL_FILE
+    noted.write_text(url, encoding="utf-8")
+    return PrivateRedis(url=url, process=process, binary=binary, noted=noted)
 
 
 def ensure_redis(settings: Settings) -> tuple[str, PrivateRedis | None]:
@@ -144,7 +160,7 @@ def ensure_redis(settings: Settings) -> tuple[str, PrivateRedis | None]:
     url = redis_url(settings)
     if settings.memoryd.redis_url or answers(url):
         connect(url)
-        return url, None
+        return url, None  # configured, or answering (a running `memoryd up`'s private one included)
     private = start_private_redis(settings.state_dir)
     return private.url, private
 
