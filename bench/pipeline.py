@@ -27,7 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shared.bus import start_private_redis  # noqa: E402
+import redis as redis_client  # noqa: E402
+from rq import Queue, SimpleWorker  # noqa: E402
+
+from shared.bus import QUEUES, start_private_redis  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.fts import match_expression, query_terms  # noqa: E402
 from shared.inline import index_now  # noqa: E402
@@ -59,6 +62,23 @@ def _index(cfg: Path, agent: str, workspace: Path) -> dict:
     return json.loads(out.stdout)
 
 
+def _wait_for_workers(url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 60.0) -> None:
+    """Until each of ``procs`` that is a worker has registered: timing starts with the pipeline up."""
+    conn = redis_client.Redis.from_url(url)
+    wanted = {str(p.pid) for p in procs}
+    deadline = time.monotonic() + timeout
+
+    def registered() -> set[str]:
+        names = [w.name for stage in ("chunk", "embed", "index")
+                 for w in SimpleWorker.all(queue=Queue(QUEUES[stage], connection=conn))]
+        return {name.rsplit(".", 1)[-1] for name in names}
+
+    while not wanted <= registered():
+        if time.monotonic() > deadline:
+            raise RuntimeError("workers did not start; see the *.log files")
+        time.sleep(0.05)
+
+
 def _write_corpus(workspace: Path, files: int, lines: int) -> None:
     (workspace / "memory").mkdir(parents=True, exist_ok=True)
     for i in range(files):
@@ -79,7 +99,7 @@ def bulk(tmp: Path, redis: str, provider: str, files: int, lines: int) -> dict:
     cfg = _config(tmp, name, workspace, provider, 1500, redis)
     procs = [_spawn(cfg, argv, tmp / f"{name}-{argv[-1]}.log") for argv in WORKERS]
     try:
-        time.sleep(1.5)  # workers import and connect
+        _wait_for_workers(redis, procs)
         first = _index(cfg, name, workspace)
         again = _index(cfg, name, workspace)
     finally:
@@ -114,7 +134,10 @@ def latency(tmp: Path, redis: str, edits: int) -> dict:
     procs = [_spawn(cfg, argv, tmp / f"{name}-{argv[-1]}.log") for argv in [["watcher"], *WORKERS]]
     samples: list[float] = []
     try:
-        time.sleep(3)  # watcher's first reconcile
+        _wait_for_workers(redis, procs[1:])  # procs[0] is the watcher
+        conn = redis_client.Redis.from_url(redis)
+        while not conn.hget("memoryd:reconciled", name):  # the watcher's first reconcile is done
+            time.sleep(0.05)
         target = workspace / "memory" / "2026-05-05.md"
         for i in range(edits):
             token = f"zq{i}x{int(time.time() * 1000) % 100000}"
