@@ -107,6 +107,11 @@ def test_quota_errors_fail_fast_and_5xx_are_retried() -> None:
         with pytest.raises(ProviderError) as info:
             provider.embed_chunks(["a"])
         assert info.value.retryable and len(stub.requests("/embeddings")) == 1 + 3
+        stub.set(embeddings="429")  # a plain rate limit is retried like a 5xx
+        with pytest.raises(ProviderError) as info:
+            provider.embed_chunks(["a"])
+        assert info.value.retryable and not isinstance(info.value, QuotaExhausted)
+        assert len(stub.requests("/embeddings")) == 4 + 3
         stub.set(embeddings="ok")
         (vector,) = provider.embed_chunks(["hello"])
         assert vector.shape == (1, 64) and abs(float(np.linalg.norm(vector)) - 1) < 1e-5
@@ -144,3 +149,33 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
     search = settings.agent("main").memory_search
     assert search.provider == "hash" and search.sync.watch_debounce_ms == 250
     assert settings.index_path("main") == tmp_path / "s" / "memory" / "main.sqlite"
+
+
+def test_doctor_reports_sqlite_driver_tokenizer_and_provider(workspace: Path, make_settings, redis_url: str) -> None:
+    import subprocess
+    import sys
+
+    _, config = make_settings(workspace, redis=redis_url)
+    out = subprocess.run([sys.executable, "-m", "services.cli", "--config", str(config), "doctor", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    report = json.loads(out.stdout)
+    checks = {c["check"]: c for c in report["checks"]}
+    assert out.returncode == 0 and report["ok"]
+    assert "sqlite-vec v0." in checks["sqlite-vec"]["detail"]
+    assert "pysqlite3" in checks["sqlite-vec"]["detail"] or "stdlib" in checks["sqlite-vec"]["detail"]
+    assert "cl100k_base" in checks["tokenizer"]["detail"]
+    assert checks["provider"]["detail"].startswith("hash")
+    assert redis_url in checks["redis"]["detail"]
+
+
+def test_doctor_names_the_fix_when_redis_is_unreachable(workspace: Path, make_settings) -> None:
+    import subprocess
+    import sys
+
+    _, config = make_settings(workspace, redis="redis://127.0.0.1:1/0")
+    out = subprocess.run([sys.executable, "-m", "services.cli", "--config", str(config), "doctor", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    report = json.loads(out.stdout)
+    redis_check = next(c for c in report["checks"] if c["check"] == "redis")
+    assert out.returncode == 1 and not redis_check["ok"]
+    assert "REDIS_URL" in redis_check["detail"]  # the message says what to do
