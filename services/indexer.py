@@ -158,7 +158,7 @@ def _writer(ctx: WorkerContext, agent: str) -> IndexWriter:
 
 def _finish(ctx: WorkerContext, agents: set[str], applied: list[IndexApplied]) -> None:
     for agent in agents:
-        ctx.bus.note_missing_vectors(agent, _writer(ctx, agent).counts()["chunks_without_vectors"])
+        ctx.bus.note_missing_vectors(agent, _writer(ctx, agent).missing_vectors())
     for a in applied:
         ctx.bus.count(a.run, files_done=1, chunks=a.chunks, files_skipped=int(a.action == "skipped"),
                       files_deleted=int(a.action == "deleted"))

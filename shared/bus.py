@@ -177,10 +177,11 @@ class Bus:
     def next_seq(self, agent: str) -> int:
         return int(self._next_seq(keys=[f"memoryd:seq:{agent}"], args=[int(time.time() * 1_000_000)]))
 
-    def log(self, events: Sequence[Event]) -> None:
+    def log(self, events: Sequence[Event], payloads: Sequence[str] | None = None) -> None:
+        """Append ``events`` to their agents' log streams (``payloads``: their JSON, if made already)."""
         pipe = self.conn.pipeline(transaction=False)
-        for event in events:
-            pipe.xadd(f"memoryd:log:{event.agent}", {"type": event.type, "event": event.model_dump_json()},  # type: ignore[attr-defined]
+        for event, payload in zip(events, payloads or [e.model_dump_json() for e in events], strict=True):
+            pipe.xadd(f"memoryd:log:{event.agent}", {"type": event.type, "event": payload},  # type: ignore[attr-defined]
                       maxlen=LOG_MAX_LEN, approximate=True)
         pipe.execute()
 
@@ -202,8 +203,9 @@ class Bus:
         """Log ``events`` and enqueue them, as one batch, for the job ``job`` (a key of JOBS)."""
         if not events:
             return
-        self.log(events)
-        self.enqueue(job, [e.model_dump_json() for e in events], job_id=job_id)
+        payloads = [e.model_dump_json() for e in events]
+        self.log(events, payloads)
+        self.enqueue(job, payloads, job_id=job_id)
 
     # --- a run of `memoryd index`: counters the stages bump, the CLI reads ---------------
     def count(self, run: str | None, **fields: int) -> None:

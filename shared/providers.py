@@ -19,6 +19,7 @@ import re
 import time
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Protocol
 
@@ -231,25 +232,54 @@ def _is_quota(exc: Exception) -> bool:
     return code == "insufficient_quota" or "insufficient_quota" in str(exc)
 
 
-def _build(name: str, search: MemorySearchSettings, for_queries: bool = False) -> Provider | None:
-    """The provider called ``name``, or None when it is not configured on this machine."""
+@dataclass(frozen=True)
+class Choice:
+    """A configured provider, named without loading it."""
+
+    name: str
+    model: str
+    embedder: str
+
+
+def _names(search: MemorySearchSettings) -> list[str]:
+    """[provider, *fallback] with ``auto`` made ``openai`` when its key is set, else ``local``."""
+    auto = "openai" if os.environ.get(search.remote.api_key_env) else "local"
+    return [auto if n == "auto" else n for n in [search.provider, *search.fallback]]
+
+
+def _plan(search: MemorySearchSettings) -> list[Choice]:
+    """The providers of [provider, *fallback] that are configured on this machine, in order.
+
+    The one source of the selection rules: :func:`resolve` builds from it, :func:`describe`
+    names its first entry. ``none`` first means no vectors at all.
+    """
+    names = _names(search)
+    if names[0] == "none":
+        return []
     key = os.environ.get(search.remote.api_key_env)
-    if name == "local":
+    plan: list[Choice] = []
+    for name in dict.fromkeys(names):
+        if name == "local":
+            plan.append(Choice("local", LOCAL_MODEL, local_embedder(search.local)))
+        elif name == "hash":
+            plan.append(Choice("hash", HashProvider.model, HashProvider.embedder))
+        elif name == "openai" and key:
+            model = search.model or OPENAI_DEFAULT_MODEL
+            plan.append(Choice("openai", model, f"openai:{model}"))
+        elif name == "openai-compatible" and search.remote.base_url:
+            if not search.model:
+                raise ConfigError("memorySearch.model is required for provider openai-compatible")
+            plan.append(Choice("openai-compatible", search.model, f"openai-compatible:{search.model}"))
+    return plan
+
+
+def _build(choice: Choice, search: MemorySearchSettings, for_queries: bool) -> Provider:
+    if choice.name == "local":
         s = search.local
         return _local(s.window_pieces, s.window_overlap, s.batch_size, s.query_threads if for_queries else 1)
-    if name == "hash":
+    if choice.name == "hash":
         return HashProvider()
-    if name == "openai":
-        if not key:
-            return None
-        return OpenAIProvider("openai", search.model or OPENAI_DEFAULT_MODEL, search.remote, key)
-    if name == "openai-compatible":
-        if not search.remote.base_url:
-            return None
-        if not search.model:
-            raise ConfigError("memorySearch.model is required for provider openai-compatible")
-        return OpenAIProvider("openai-compatible", search.model, search.remote, key)
-    return None
+    return OpenAIProvider(choice.name, choice.model, search.remote, os.environ.get(search.remote.api_key_env))
 
 
 @functools.cache
@@ -263,50 +293,29 @@ def resolve(search: MemorySearchSettings, *, for_queries: bool = False) -> list[
     """The active provider first, then the fallbacks that share its vector space.
 
     ``for_queries``: for the query service (the local model may use ``queryThreads``).
-    ``auto`` is ``openai`` when its key is set, else ``local``. ``none`` disables vectors
-    (keyword-only). The first configured name of [provider, *fallback] is the active one;
-    a fallback with another model is only used when it is the first that is configured,
-    because its vectors cannot be mixed with the active model's.
+    ``none`` disables vectors (keyword-only). The first configured name of
+    [provider, *fallback] is the active one; a fallback with another model is only used
+    when it is the first that is configured, because its vectors cannot be mixed with the
+    active model's.
     """
-    names = [search.provider, *search.fallback]
-    if "auto" in names:
-        auto = "openai" if os.environ.get(search.remote.api_key_env) else "local"
-        names = [auto if n == "auto" else n for n in names]
-    if names[0] == "none":
-        return []
-    chain: list[Provider] = []
-    for name in dict.fromkeys(names):
-        provider = _build(name, search, for_queries)
-        if provider is None:
-            continue
-        if not chain or provider.embedder == chain[0].embedder:
-            chain.append(provider)
-    if not chain:
+    plan = _plan(search)
+    if not plan:
+        if _names(search)[0] == "none":
+            return []
         raise ConfigError(
-            f"no embedding provider is configured among {names}: set {search.remote.api_key_env} "
+            f"no embedding provider is configured among {_names(search)}: set {search.remote.api_key_env} "
             "for openai, memorySearch.remote.baseUrl for openai-compatible, or use provider 'local'"
         )
-    return chain
+    return [_build(c, search, for_queries) for c in plan if c.embedder == plan[0].embedder]
 
 
 def describe(search: MemorySearchSettings) -> tuple[str, str, str]:
-    """(provider, model, embedder) of the active provider, without loading a model."""
-    names = [search.provider, *search.fallback]
-    key = os.environ.get(search.remote.api_key_env)
-    for name in names:
-        name = ("openai" if key else "local") if name == "auto" else name
-        if name == "none":
-            return "none", "", "none"
-        if name == "local":
-            return "local", LOCAL_MODEL, local_embedder(search.local)
-        if name == "hash":
-            return "hash", HashProvider.model, HashProvider.embedder
-        if name == "openai" and key:
-            model = search.model or OPENAI_DEFAULT_MODEL
-            return "openai", model, f"openai:{model}"
-        if name == "openai-compatible" and search.remote.base_url and search.model:
-            return "openai-compatible", search.model, f"openai-compatible:{search.model}"
-    return "none", "", "none"
+    """(provider, model, embedder) of the active provider, without loading a model; "none" if there is none."""
+    try:
+        plan = _plan(search)
+    except ConfigError:
+        plan = []
+    return (plan[0].name, plan[0].model, plan[0].embedder) if plan else ("none", "", "none")
 
 
 def embed_with_fallback(chain: Sequence[Provider], texts: Sequence[str]) -> tuple[list[np.ndarray], Provider]:

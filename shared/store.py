@@ -171,9 +171,13 @@ class _Queries:
             "files": q("SELECT count(*) FROM files WHERE status = 'indexed'").fetchone()[0],
             "files_skipped": q("SELECT count(*) FROM files WHERE status = 'skipped'").fetchone()[0],
             "chunks": q("SELECT count(*) FROM chunks").fetchone()[0],
-            "chunks_without_vectors": q("SELECT count(*) FROM chunks WHERE has_vector = 0").fetchone()[0],
+            "chunks_without_vectors": self.missing_vectors(),
             "cache_entries": q("SELECT count(*) FROM embedding_cache").fetchone()[0],
         }
+
+    def missing_vectors(self) -> int:
+        """How many chunks are indexed without a vector (the partial index of has_vector = 0)."""
+        return self.conn.execute("SELECT count(*) FROM chunks WHERE has_vector = 0").fetchone()[0]
 
     def chunks_missing_vectors(self, limit: int) -> list[tuple[str, str]]:
         """(hash, text) of chunks indexed without a vector, oldest first."""
