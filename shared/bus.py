@@ -8,11 +8,9 @@ appended to the agent's log stream ``memoryd:log:<agent>``.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -244,11 +242,3 @@ class Bus:
     def agents_missing_vectors(self) -> dict[str, int]:
         raw = self.conn.hgetall("memoryd:missing-vectors")
         return {k.decode(): int(v) for k, v in raw.items() if int(v) > 0}
-
-
-def atomic_write_json(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
