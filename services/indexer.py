@@ -153,7 +153,13 @@ def _apply_chunks(writer: IndexWriter, event: ChunksEmbedded) -> IndexApplied:
 
 
 def _writer(ctx: WorkerContext, agent: str) -> IndexWriter:
-    return ctx.memo(f"writer:{agent}", lambda: open_writer(ctx.settings, agent))
+    """This process's writer of the agent's index, reopened if another process swapped the file."""
+    key = f"writer:{agent}"
+    writer: IndexWriter = ctx.memo(key, lambda: open_writer(ctx.settings, agent))
+    if writer.replaced():
+        writer.close()
+        writer = ctx.cache[key] = open_writer(ctx.settings, agent)
+    return writer
 
 
 def _finish(ctx: WorkerContext, agents: set[str], applied: list[IndexApplied]) -> None:

@@ -213,7 +213,15 @@ class IndexWriter(_Queries):
         if not self.path.exists():
             _create(self.path)
         self.conn = sqlitedb.connect(self.path)
+        self.inode = os.stat(self.path).st_ino
         _migrate(self.conn)
+
+    def replaced(self) -> bool:
+        """Whether the file at ``path`` is no longer the one this writer has open (a rebuild swapped it)."""
+        try:
+            return os.stat(self.path).st_ino != self.inode
+        except FileNotFoundError:
+            return True
 
     def close(self) -> None:
         self.conn.close()

@@ -18,11 +18,12 @@ from shared.store import IndexReader
 from tests.openai_stub import OpenAIStub
 
 
-def _embedded(path: str, seq: int, text: str, embedder: str) -> ChunksEmbedded:
+def _embedded(path: str, seq: int, text: str, embedder: str, dims: int = 4) -> ChunksEmbedded:
     chunk = ChunkData(hash=f"h-{text}", start_line=1, end_line=1, tokens=3, text=text)
     return ChunksEmbedded(agent="main", path=path, seq=seq, source="memory", sha256=f"s-{text}", size=1, mtime=0,
                           chunker="c", chunks=[chunk], embedder=embedder, provider="hash", model="m",
-                          vectors=[VectorData.pack(chunk.hash, np.ones(4, np.float32) / 2)], cached=0, embedded=1)
+                          vectors=[VectorData.pack(chunk.hash, np.ones(dims, np.float32) / np.sqrt(dims))],
+                          cached=0, embedded=1)
 
 
 def test_stale_events_never_overwrite_newer_ones(workspace: Path, make_settings) -> None:
@@ -179,3 +180,23 @@ def test_doctor_names_the_fix_when_redis_is_unreachable(workspace: Path, make_se
     redis_check = next(c for c in report["checks"] if c["check"] == "redis")
     assert out.returncode == 1 and not redis_check["ok"]
     assert "REDIS_URL" in redis_check["detail"]  # the message says what to do
+
+
+def test_a_long_lived_indexer_reopens_an_index_another_process_swapped(workspace: Path, make_settings) -> None:
+    from services.indexer import _writer
+    from shared.worker import WorkerContext
+
+    (workspace / "MEMORY.md").write_text("- a fact\n")
+    settings, _ = make_settings(workspace)
+    ctx = WorkerContext(settings=settings)
+    first = _writer(ctx, "main")
+    assert _writer(ctx, "main") is first  # kept open between jobs
+    rebuild(settings, "main")  # what another process's rebuild does: a new file swapped in
+    assert first.replaced()
+    second = _writer(ctx, "main")
+    assert second is not first and not second.replaced()
+    embedder = second.meta("embedder")
+    apply(second, _embedded("memory/new.md", 99, "written after the swap", embedder, dims=256))
+    reader = IndexReader(settings.index_path("main"))
+    assert reader.conn.execute("SELECT count(*) FROM chunks WHERE path = 'memory/new.md'").fetchone()[0] == 1
+    reader.close()
