@@ -17,6 +17,7 @@ from shared.chunking import Chunker
 from shared.config import Settings
 from shared.events import FileChanged, FileChunked, FileDeleted, FileSkipped, parse_event
 from shared.worker import context
+from shared.workspace import file_sha256
 
 log = logging.getLogger("memoryd.chunker")
 
@@ -48,7 +49,7 @@ def chunk_file(event: FileChanged, settings: Settings) -> FileChunked | FileSkip
                      event.sha256, st.st_size, st.st_mtime)
     if st.st_size > limit:
         return _skip(event, f"{st.st_size:,} bytes is over memorySearch.sync.maxFileBytes ({limit:,}); "
-                     "split the file or raise the limit", event.sha256, st.st_size, st.st_mtime)
+                     "split the file or raise the limit", file_sha256(absolute), st.st_size, st.st_mtime)
     data = absolute.read_bytes()
     sha = hashlib.sha256(data).hexdigest()
     if b"\x00" in data:

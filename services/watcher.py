@@ -10,7 +10,6 @@ the differences — inotify can silently miss events or run out of watches.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import stat
@@ -26,7 +25,7 @@ from shared.config import Settings
 from shared.events import FileChanged, FileDeleted
 from shared.exceptions import IndexMissing
 from shared.store import IndexReader
-from shared.workspace import MemoryFile, Workspace
+from shared.workspace import MemoryFile, Workspace, file_sha256
 
 log = logging.getLogger("memoryd.watcher")
 
@@ -34,14 +33,6 @@ log = logging.getLogger("memoryd.watcher")
 RECONCILE_BATCH = 16
 #: How often the debounce loop looks for settled files.
 TICK_SECONDS = 0.05
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def indexed_hashes(settings: Settings, agent_id: str) -> dict[str, str]:

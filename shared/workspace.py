@@ -11,6 +11,7 @@ Index paths are POSIX and relative: workspace-relative for files inside the work
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from collections.abc import Iterator
@@ -146,6 +147,15 @@ class Workspace:
             if root.prefix and text.startswith(root.prefix + "/"):
                 return root.directory, text[len(root.prefix) + 1:]
         return None
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, read in 1 MiB blocks (a 50 MB file costs no 50 MB of memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _regular(path: Path) -> bool:

@@ -200,3 +200,17 @@ def test_a_long_lived_indexer_reopens_an_index_another_process_swapped(workspace
     reader = IndexReader(settings.index_path("main"))
     assert reader.conn.execute("SELECT count(*) FROM chunks WHERE path = 'memory/new.md'").fetchone()[0] == 1
     reader.close()
+
+
+def test_a_skipped_big_file_records_its_real_sha_so_reconcile_leaves_it_alone(workspace: Path, make_settings) -> None:
+    from shared.workspace import file_sha256
+
+    big = workspace / "memory" / "dump.md"
+    big.write_text("x" * 5000)
+    settings, _ = make_settings(workspace, sync={"maxFileBytes": 1024, "watchDebounceMs": 200})
+    stats = index_now(settings, "main")  # in-process events carry no sha: the chunker must hash the file
+    assert stats["files_skipped"] == 1
+    reader = IndexReader(settings.index_path("main"))
+    assert reader.live_hashes() == {"memory/dump.md": file_sha256(big)}
+    assert "maxFileBytes" in reader.skipped()[0]["reason"]
+    reader.close()
