@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rq import Queue, SimpleWorker
+from rq.job import Job
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from shared import bus as busmod
@@ -176,30 +177,53 @@ def _index_counts(settings: Settings, agent_id: str) -> dict[str, Any] | None:
         reader.close()
 
 
-def _queues(settings: Settings) -> dict[str, Any]:
+def _job_agent(job: Job) -> str | None:
+    """The agent a job works for: its events name it, other jobs take its id first."""
+    first = job.args[0] if job.args else None
+    if isinstance(first, list) and first:
+        try:
+            return json.loads(first[0]).get("agent")
+        except (TypeError, ValueError, AttributeError):
+            return None
+    return first if isinstance(first, str) else None
+
+
+def _queues(settings: Settings) -> tuple[dict[str, Any], dict[str, dict[str, dict[str, int]]]]:
+    """(totals per stage queue, the same counts per agent and queue)."""
     url = busmod.redis_url(settings)
     try:
         conn = busmod.connect(url)
     except MemorydError as exc:
-        return {"error": str(exc)}
+        return {"error": str(exc)}, {}
     bus = busmod.Bus(conn, settings)
     out: dict[str, Any] = {"watcher_last_reconcile": bus.last_reconciled(), "provider_errors": bus.provider_errors()}
+    per_agent: dict[str, dict[str, dict[str, int]]] = {}
     for stage, name in busmod.QUEUES.items():
         queue = Queue(name, connection=conn)
-        out[stage] = {"pending": queue.count, "started": StartedJobRegistry(queue=queue).count,
-                      "failed": FailedJobRegistry(queue=queue).count}
-    return out
+        groups = {"pending": queue.get_job_ids(), "started": StartedJobRegistry(queue=queue).get_job_ids(),
+                  "failed": FailedJobRegistry(queue=queue).get_job_ids()}
+        out[stage] = {state: len(ids) for state, ids in groups.items()}
+        for state, ids in groups.items():
+            for job in Job.fetch_many(ids, connection=conn):
+                agent = _job_agent(job) if job is not None else None
+                if agent:
+                    counts = per_agent.setdefault(agent, {}).setdefault(stage, dict.fromkeys(groups, 0))
+                    counts[state] += 1
+    return out, per_agent
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    queues, per_agent = _queues(settings)
+    idle = {stage: {"pending": 0, "started": 0, "failed": 0} for stage in busmod.QUEUES}
     agents = {}
     for agent_id in settings.agent_ids():
         provider, model, embedder = providers.describe(settings.agent(agent_id).memory_search)
         agents[agent_id] = {"workspace": str(settings.agent(agent_id).workspace),
                             "index_path": str(settings.index_path(agent_id)),
                             "provider": provider, "model": model,
-                            "index": _index_counts(settings, agent_id)}
-    _print({"agents": agents, "queues": _queues(settings), "state_dir": str(settings.state_dir)}, args.json)
+                            "index": _index_counts(settings, agent_id),
+                            "queues": {**idle, **per_agent.get(agent_id, {})} if "error" not in queues else None}
+    _print({"agents": agents, "queues": queues, "state_dir": str(settings.state_dir)}, args.json)
     return 0
 
 

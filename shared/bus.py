@@ -191,7 +191,7 @@ class Bus:
             JOBS[job],
             *args,
             job_id=job_id,
-            retry=Retry(max=m.job_retries, interval=RETRY_INTERVALS),
+            retry=Retry(max=m.job_retries, interval=RETRY_INTERVALS) if m.job_retries else None,
             job_timeout=m.job_timeout_seconds,
             result_ttl=60,
             failure_ttl=m.failure_ttl_seconds,

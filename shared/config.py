@@ -218,7 +218,7 @@ class MemorydSettings(_Model):
     #: Seconds a job may run before RQ kills it, and how long failed jobs are kept.
     job_timeout_seconds: int = 600
     failure_ttl_seconds: int = 7 * 24 * 3600
-    job_retries: int = 3
+    job_retries: int = Field(3, ge=0, le=20)
     llm: LlmSettings = LlmSettings()
     server: ServerSettings = ServerSettings()
 
