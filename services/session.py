@@ -201,11 +201,11 @@ class Sessions:
         if flush is not None:
             self.bus.log([FlushRequested(agent=agent_id, session=session, tokens=tokens, compaction_count=cycle)])
             self.bus.enqueue("flush", agent_id, session, cycle,
-                          job_id=f"flush-{agent_id}-{session}-{seg.resets}-{cycle}")
+                             job_id=f"flush-{agent_id}-{session}-{seg.resets}-{cycle}")
         compact = tokens >= thresholds.compact and self._claim(f"{agent_id}:{session}:{seg.resets}:{cycle}")
         if compact:
             self.bus.enqueue("compact", agent_id, session, cycle,
-                          job_id=f"compact-{agent_id}-{session}-{seg.resets}-{cycle}")
+                             job_id=f"compact-{agent_id}-{session}-{seg.resets}-{cycle}")
         return {"entry": as_json(message), "tokens": tokens, "compactionCount": cycle,
                 "flushRequested": flush is not None, "compactionRequested": compact,
                 "reset": reset.reason if reset else None}
