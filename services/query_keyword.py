@@ -47,7 +47,7 @@ COMMON_DF = 5000
 MIN_PATH_FRAGMENT = 4
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_CJK_TOKEN = re.compile(f"^[{fts._CJK}]$")
+_CJK_TOKEN = re.compile(f"^[{fts.CJK}]$")
 #: A query word that can name a file: letters/digits joined by - _ . / (a date, a version, a path).
 _PATHLIKE = re.compile(r"[0-9A-Za-z]+(?:[-_./][0-9A-Za-z]+)+")
 

@@ -15,7 +15,8 @@ import re
 #: Bumped whenever segmentation changes: it is part of the index fingerprint.
 FTS_TOKENIZER = "unicode61+cjk1"
 
-_CJK = (
+#: The character ranges segmented one character per token (a regex class body).
+CJK = (
     "\u3040-\u30ff"  # Hiragana, Katakana
     "\u3400-\u4dbf"  # CJK Extension A
     "\u4e00-\u9fff"  # CJK Unified Ideographs
@@ -23,8 +24,8 @@ _CJK = (
     "\uac00-\ud7af"  # Hangul syllables
     "\uff66-\uff9f"  # half-width Katakana
 )
-_CJK_CHAR = re.compile(f"([{_CJK}])")
-_CJK_RUN = re.compile(f"[{_CJK}]+")
+_CJK_CHAR = re.compile(f"([{CJK}])")
+_CJK_RUN = re.compile(f"[{CJK}]+")
 #: What unicode61 keeps as token characters (letters, digits); everything else separates.
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
