@@ -5,7 +5,7 @@
 - bulk throughput in chunks/s with the local model, with the no-op embedder
   (``provider: none``: the embed stage runs, nothing is embedded — the pipeline's own
   overhead) and with the cheap ``hash`` embedder (the same plus writing vectors), each
-  next to the same work done in one process without Redis (``shared.inline``) in the
+  next to the same work done in one process without Redis (``memoryd.shared.indexing``) in the
   same run: the ratio is the cost of the queues and processes;
 - embeddings on an unchanged re-scan (goal 0).
 
@@ -30,11 +30,12 @@ sys.path.insert(0, str(ROOT))
 import redis as redis_client  # noqa: E402
 from rq import Queue, SimpleWorker  # noqa: E402
 
-from shared.bus import QUEUES, start_private_redis  # noqa: E402
-from shared.config import load_settings  # noqa: E402
-from shared.fts import match_expression, query_terms  # noqa: E402
-from shared.inline import index_now  # noqa: E402
-from shared.store import IndexReader  # noqa: E402
+from memoryd.shared.bus import QUEUES  # noqa: E402
+from memoryd.shared.config import load_settings  # noqa: E402
+from memoryd.shared.fts import match_expression, query_terms  # noqa: E402
+from memoryd.shared.indexing import index_now  # noqa: E402
+from memoryd.shared.redis_server import start_private_redis  # noqa: E402
+from memoryd.shared.store import IndexReader  # noqa: E402
 
 WORKERS = [["worker", "chunk"], ["worker", "embed"], ["worker", "index"]]
 
@@ -51,13 +52,13 @@ def _config(tmp: Path, name: str, workspace: Path, provider: str, debounce_ms: i
 
 def _spawn(cfg: Path, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, MEMORYD_CONFIG=str(cfg))
-    return subprocess.Popen([sys.executable, "-m", "services.cli", *argv], env=env, cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "memoryd.services.cli", *argv], env=env, cwd=ROOT,
                             stdout=open(log, "ab"), stderr=subprocess.STDOUT)  # noqa: SIM115
 
 
 def _index(cfg: Path, agent: str, workspace: Path) -> dict:
     env = dict(os.environ, MEMORYD_CONFIG=str(cfg))
-    out = subprocess.run([sys.executable, "-m", "services.cli", "index", "--agent", agent, "--workspace",
+    out = subprocess.run([sys.executable, "-m", "memoryd.services.cli", "index", "--agent", agent, "--workspace",
                           str(workspace), "--json"], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 

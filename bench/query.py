@@ -35,13 +35,13 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from services.query import QueryService  # noqa: E402
-from services.query_models import SearchRequest  # noqa: E402
-from services.query_vectors import single_blas_thread  # noqa: E402
-from shared import providers  # noqa: E402
-from shared.config import LocalSettings, load_settings  # noqa: E402
-from shared.fts import segment  # noqa: E402
-from shared.store import META_EMBEDDER, IndexWriter  # noqa: E402
+from memoryd.services.query.engine import QueryService  # noqa: E402
+from memoryd.services.query.models import SearchRequest  # noqa: E402
+from memoryd.services.query.vectors import single_blas_thread  # noqa: E402
+from memoryd.shared import providers  # noqa: E402
+from memoryd.shared.config import LocalSettings, load_settings  # noqa: E402
+from memoryd.shared.fts import segment  # noqa: E402
+from memoryd.shared.store import META_EMBEDDER, IndexWriter  # noqa: E402
 
 DIMS = 384
 VOCABULARY = 20_000

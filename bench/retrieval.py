@@ -2,7 +2,7 @@
 
     python bench/retrieval.py [--provider local] [--min-score 0.35]
 
-Indexes the fixture workspace with the real pipeline code (``shared.inline.index_now``)
+Indexes the fixture workspace with the real pipeline code (``memoryd.shared.indexing.index_now``)
 and the local MiniLM model, then asks every question in every mode with the default
 ``maxResults`` 6 and ``minScore`` 0.35 — what an agent gets. Prints recall@1/3/6 and
 MRR per mode (overall and per kind of question), and for the unanswerable questions the
@@ -23,8 +23,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from retrieval_set import Question, build, evaluate, misses, questions  # noqa: E402
 
-from services.query import QueryService  # noqa: E402
-from services.query_models import SearchRequest  # noqa: E402
+from memoryd.services.query.engine import QueryService  # noqa: E402
+from memoryd.services.query.models import SearchRequest  # noqa: E402
 
 MODES = ("rrf", "weighted", "keyword", "vector")
 

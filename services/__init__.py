@@ -1,1 +1,1 @@
-"""One module per process: watcher, chunker, embedder, indexer, session, query (+ the CLI)."""
+"""memoryd's processes: pipeline (watcher, chunker, embedder, indexer), query, session, and the CLI."""

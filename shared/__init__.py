@@ -1,1 +1,1 @@
-"""Code several stages share: events, configuration, the store, chunking, providers, the bus."""
+"""What several processes use: events, configuration, the store, chunking, providers, the bus."""

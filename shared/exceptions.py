@@ -6,6 +6,9 @@ They become CLI exit codes, HTTP statuses and MCP errors only at the edge
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, Protocol
+
 
 class MemorydError(Exception):
     """Base class. ``code`` is the stable machine-readable name used by the HTTP API."""
@@ -95,3 +98,14 @@ class MemoryFileMissing(MemorydError):
 
     code = "not_found"
     http_status = 404
+
+
+class _Invalid(Protocol):
+    """A pydantic ``ValidationError`` or FastAPI's ``RequestValidationError``."""
+
+    def errors(self) -> Sequence[Any]: ...
+
+
+def validation_problems(exc: _Invalid) -> str:
+    """A pydantic error as one line: ``field.path: message; …`` (no links, no input echo)."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(body)'}: {e['msg']}" for e in exc.errors())

@@ -14,7 +14,6 @@ vectors with different strings are never mixed in one index.
 from __future__ import annotations
 
 import functools
-import os
 import re
 import time
 import zlib
@@ -25,8 +24,9 @@ from typing import Protocol
 
 import numpy as np
 
-from shared.config import LocalSettings, MemorySearchSettings, RemoteSettings
-from shared.exceptions import ConfigError, ProviderError, QuotaExhausted
+from memoryd.shared.config import LocalSettings, MemorySearchSettings, RemoteSettings
+from memoryd.shared.exceptions import ConfigError, ProviderError
+from memoryd.shared.openai_errors import provider_error
 
 LOCAL_MODEL = "all-MiniLM-L6-v2-int8"
 LOCAL_DIMS = 384
@@ -198,16 +198,10 @@ class OpenAIProvider:
                 response = self.client.embeddings.create(model=self.model, input=texts)
                 data = sorted(response.data, key=lambda d: d.index)
                 return [_normalise(np.asarray(d.embedding, dtype=np.float32))[None, :] for d in data]
-            except oa.RateLimitError as exc:
-                if _is_quota(exc):
-                    raise QuotaExhausted(self.name, str(exc)) from exc
-                error: Exception = exc
-            except (oa.APITimeoutError, oa.APIConnectionError, oa.InternalServerError) as exc:
-                error = exc
-            except oa.APIStatusError as exc:
-                if exc.status_code < 500:
-                    raise ProviderError(self.name, f"HTTP {exc.status_code}: {exc.message}", retryable=False) from exc
-                error = exc
+            except oa.OpenAIError as exc:
+                error = provider_error(self.name, exc, oa)
+                if not error.retryable:
+                    raise error from exc
             if attempt < self.remote.max_retries:
                 time.sleep(delay)
                 delay = min(delay * 2, 8.0)
@@ -224,14 +218,6 @@ class OpenAIProvider:
         return self._call([text])[0][0]
 
 
-def _is_quota(exc: Exception) -> bool:
-    body = getattr(exc, "body", None)
-    code = body.get("code") if isinstance(body, dict) else None
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        code = body["error"].get("code")
-    return code == "insufficient_quota" or "insufficient_quota" in str(exc)
-
-
 @dataclass(frozen=True)
 class Choice:
     """A configured provider, named without loading it."""
@@ -243,7 +229,7 @@ class Choice:
 
 def _names(search: MemorySearchSettings) -> list[str]:
     """[provider, *fallback] with ``auto`` made ``openai`` when its key is set, else ``local``."""
-    auto = "openai" if os.environ.get(search.remote.api_key_env) else "local"
+    auto = "openai" if search.remote.api_key else "local"
     return [auto if n == "auto" else n for n in [search.provider, *search.fallback]]
 
 
@@ -256,7 +242,7 @@ def _plan(search: MemorySearchSettings) -> list[Choice]:
     names = _names(search)
     if names[0] == "none":
         return []
-    key = os.environ.get(search.remote.api_key_env)
+    key = search.remote.api_key
     plan: list[Choice] = []
     for name in dict.fromkeys(names):
         if name == "local":
@@ -279,7 +265,8 @@ def _build(choice: Choice, search: MemorySearchSettings, for_queries: bool) -> P
         return _local(s.window_pieces, s.window_overlap, s.batch_size, s.query_threads if for_queries else 1)
     if choice.name == "hash":
         return HashProvider()
-    return OpenAIProvider(choice.name, choice.model, search.remote, os.environ.get(search.remote.api_key_env))
+    key = search.remote.api_key.get_secret_value() if search.remote.api_key else None
+    return OpenAIProvider(choice.name, choice.model, search.remote, key)
 
 
 @functools.cache

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from shared.exceptions import SqliteExtensionUnavailable
+from memoryd.shared.exceptions import SqliteExtensionUnavailable
 
 #: How long a connection waits for a lock before failing: the indexer's transactions are short.
 BUSY_TIMEOUT_MS = 5000

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from shared import sqlitedb
-from shared.events import ChunkData, VectorData
-from shared.exceptions import IndexMissing
-from shared.fts import segment
+from memoryd.shared import sqlitedb
+from memoryd.shared.events import ChunkData, VectorData
+from memoryd.shared.exceptions import IndexMissing
+from memoryd.shared.fts import segment
 
 MIGRATIONS: list[str] = [
     # 1: the schema of SPEC §4.

@@ -25,16 +25,16 @@ import redis
 from rq import Queue, SimpleWorker
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
-from rq.registry import StartedJobRegistry
+from rq.registry import FailedJobRegistry, StartedJobRegistry
+from rq.results import Result
 from rq.utils import as_text, now, parse_composite_key
 
-from shared.bus import QUEUES, Bus
-from shared.config import Settings, load_settings
+from memoryd.shared import defaults as d
+from memoryd.shared.bus import JOBS, QUEUES, Bus
+from memoryd.shared.config import Settings, load_settings
 
 log = logging.getLogger("memoryd.worker")
 
-#: How often a worker looks for jobs orphaned by a dead worker on this host.
-ORPHAN_SWEEP_SECONDS = 3.0
 HOST = socket.gethostname()
 
 
@@ -98,11 +98,6 @@ def _dead_here(name: str) -> bool:
     return len(parts) == 2 and parts[1].isdigit() and parts[0].endswith("." + HOST) and not _pid_alive(int(parts[1]))
 
 
-#: A job may sit in RQ's intermediate queue between dequeue and start for milliseconds;
-#: one still there after this long, with no execution, was taken by a worker that died.
-STUCK_INTERMEDIATE_SECONDS = 10.0
-
-
 def _requeue(queue: Queue, job_id: str) -> bool:
     conn = queue.connection
     conn.lrem(queue.intermediate_queue_key, 0, job_id)
@@ -148,10 +143,52 @@ def requeue_orphans(queue: Queue) -> int:
             continue
         intermediate.set_first_seen(job_id)
         seen = intermediate.get_first_seen(job_id)
-        if seen and (now() - seen).total_seconds() > STUCK_INTERMEDIATE_SECONDS and _requeue(queue, job_id):
+        if seen and (now() - seen).total_seconds() > d.STUCK_INTERMEDIATE_SECONDS and _requeue(queue, job_id):
             moved += 1
             log.warning("requeued job %s stuck in the intermediate queue", job_id)
     return moved
+
+
+#: Job names of memoryd 0.1, before the code moved into the ``memoryd`` package → today's job.
+LEGACY_JOBS = {
+    "services.chunker.chunk_job": "chunk",
+    "services.embedder.embed_job": "embed",
+    "services.embedder.backfill_job": "backfill",
+    "services.indexer.index_job": "index",
+    "services.indexer.fill_job": "fill",
+    "services.session.flush_job": "flush",
+    "services.session.compact_job": "compact",
+    "services.session.session_memory_job": "session_memory",
+}
+
+
+def migrate_legacy_jobs(queue: Queue, bus: Bus) -> int:
+    """Re-enqueue jobs queued under a pre-package dotted name (``services.…``) under today's name.
+
+    A job whose old name has no successor is failed with a message saying what to do, so
+    it never crashes a worker with an ImportError. → how many jobs were moved or failed.
+    """
+    touched = 0
+    for job in Job.fetch_many(queue.get_job_ids(), connection=queue.connection):
+        if job is None or job.func_name.startswith("memoryd."):
+            continue
+        queue.remove(job)
+        touched += 1
+        successor = LEGACY_JOBS.get(job.func_name)
+        if successor is None:
+            why = (f"job {job.id} names {job.func_name!r}, which this memoryd does not have; "
+                   "re-run `memoryd index --agent AGENT` to queue its work again, then delete the job")
+            ttl = bus.settings.memoryd.failure_ttl_seconds
+            job.set_status(JobStatus.FAILED)
+            Result.create_failure(job, ttl, exc_string=why)
+            FailedJobRegistry(queue=queue).add(job, ttl=ttl, exc_string=why)
+            log.warning("failed job %s: unknown job name %s", job.id, job.func_name)
+            continue
+        args = job.args
+        job.delete()
+        bus.enqueue(successor, *args, job_id=job.id)
+        log.warning("moved job %s from %s to %s", job.id, job.func_name, JOBS[successor])
+    return touched
 
 
 class Periodic(threading.Thread):
@@ -184,9 +221,10 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
     """Work ``stage``'s queue until stopped (or until it is empty, with ``burst``)."""
     set_context(settings, conn)
     queue = Queue(QUEUES[stage], connection=conn)
+    migrate_legacy_jobs(queue, context().bus)
     requeue_orphans(queue)
     worker = SimpleWorker([queue], connection=conn, name=worker_name(stage))
-    sweeper = Periodic("orphan-sweeper", ORPHAN_SWEEP_SECONDS, lambda: requeue_orphans(queue),
+    sweeper = Periodic("orphan-sweeper", d.ORPHAN_SWEEP_SECONDS, lambda: requeue_orphans(queue),
                        errors=(redis.RedisError,))
     if not burst:
         sweeper.start()

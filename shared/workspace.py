@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from shared.config import AgentConfig
-from shared.exceptions import PathRefused
+from memoryd.shared.config import AgentConfig
+from memoryd.shared.exceptions import PathRefused
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
 MEMORY_DIR = "memory"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from shared.bus import start_private_redis
-from shared.config import Settings, load_settings
+from memoryd.shared.config import Settings, load_settings
+from memoryd.shared.redis_server import start_private_redis
 
 _db_numbers = itertools.cycle(range(1, 16))
 

@@ -6,17 +6,18 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from shared.config import Settings
-from shared.events import parse_event
-from shared.exceptions import IndexMissing
-from shared.store import IndexReader
+from memoryd.shared.config import Settings
+from memoryd.shared.events import parse_event
+from memoryd.shared.exceptions import IndexMissing
+from memoryd.shared.store import IndexReader
+from tests.support import wait_until
+
+__all__ = ["Pipeline", "wait_until"]
 
 SERVICES = {
     "watcher": ["watcher"],
@@ -24,18 +25,6 @@ SERVICES = {
     "embed": ["worker", "embed"],
     "index": ["worker", "index"],
 }
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail with its last value."""
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
 
 
 class Pipeline:
@@ -56,7 +45,7 @@ class Pipeline:
         for name in names or tuple(SERVICES):
             log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", *SERVICES[name]],
+                [sys.executable, "-m", "memoryd.services.cli", *SERVICES[name]],
                 env=self.env(), stdout=log, stderr=subprocess.STDOUT,
             )
 
@@ -76,7 +65,7 @@ class Pipeline:
         self.procs.clear()
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "services.cli", *args], env=self.env(),
+        return subprocess.run([sys.executable, "-m", "memoryd.services.cli", *args], env=self.env(),
                               capture_output=True, text=True, check=check, timeout=300)
 
     def logs(self) -> str:
@@ -107,7 +96,7 @@ class Pipeline:
                                  "WHERE path = ? ORDER BY start_line, id", (path,))
 
     def keyword(self, agent: str, phrase: str) -> list[str]:
-        from shared.fts import match_expression, query_terms
+        from memoryd.shared.fts import match_expression, query_terms
 
         rows = self.query(agent, "SELECT c.path FROM chunks_fts f JOIN chunks c ON c.id = f.rowid "
                                  "WHERE chunks_fts MATCH ?", (match_expression(query_terms(phrase), operator="AND"),))
@@ -117,7 +106,7 @@ class Pipeline:
         from rq import Queue
         from rq.registry import StartedJobRegistry
 
-        from shared.bus import QUEUES
+        from memoryd.shared.bus import QUEUES
 
         for name in (QUEUES["chunk"], QUEUES["embed"], QUEUES["index"]):
             q = Queue(name, connection=self.conn)

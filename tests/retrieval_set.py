@@ -12,10 +12,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.query import QueryService
-from services.query_models import SearchRequest
-from shared.config import Settings, load_settings
-from shared.inline import index_now
+from memoryd.services.query.engine import QueryService
+from memoryd.services.query.models import SearchRequest
+from memoryd.shared.config import Settings, load_settings
+from memoryd.shared.indexing import index_now
 
 FIXTURE = Path(__file__).parent / "fixtures" / "retrieval"
 #: recall@k is reported for these k; the largest is the default maxResults.

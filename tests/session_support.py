@@ -7,11 +7,11 @@ from pathlib import Path
 
 import redis
 
-from services.session import Sessions
-from shared.bus import Bus
-from shared.chunking import count_tokens
-from shared.config import Settings
-from shared.worker import run_worker
+from memoryd.services.session.service import Sessions
+from memoryd.shared.bus import Bus
+from memoryd.shared.chunking import count_tokens
+from memoryd.shared.config import Settings
+from memoryd.shared.worker import run_worker
 
 __all__ = ["UTC", "Clock", "drain", "lines", "llm_extra", "logged", "sessions", "words"]
 

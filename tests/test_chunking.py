@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.chunking import Chunker, count_tokens, encoding, sha256_text
+from memoryd.shared.chunking import Chunker, count_tokens, encoding, sha256_text
 
 WORDS = st.sampled_from(["deploy", "Docker", "E-404", "api/v2/users", "决定", "会議", "the", "and", "2026-01-20",
                          "POSTGRES_URL", "", "  ", "naïve", "🙂", "x" * 30])

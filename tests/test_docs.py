@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from services.cli import build_parser
-from services.up import services
-from shared import events
-from shared.config import AgentEntry, Settings
+from memoryd.services.cli.app import build_parser
+from memoryd.services.cli.up import services
+from memoryd.shared import events
+from memoryd.shared.config import AgentEntry, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from services import fusion, query_keyword
-from services.fusion import Candidate
-from shared.config import DEFAULT_MIN_SCORE, DEFAULT_TEXT_WEIGHT, DEFAULT_VECTOR_WEIGHT
+from memoryd.services.query import fusion
+from memoryd.services.query import keyword as query_keyword
+from memoryd.services.query.fusion import Candidate
+from memoryd.shared.defaults import MIN_SCORE as DEFAULT_MIN_SCORE
+from memoryd.shared.defaults import TEXT_WEIGHT as DEFAULT_TEXT_WEIGHT
+from memoryd.shared.defaults import VECTOR_WEIGHT as DEFAULT_VECTOR_WEIGHT
 
 
 def test_weighted_is_the_seeds_formula() -> None:

@@ -8,13 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.indexer import apply, fingerprint, open_writer, rebuild
-from shared.config import load_settings
-from shared.events import ChunkData, ChunksEmbedded, FileDeleted, VectorData
-from shared.exceptions import ConfigError, ProviderError, QuotaExhausted
-from shared.inline import index_now
-from shared.providers import OpenAIProvider, resolve
-from shared.store import IndexReader
+from memoryd.shared.config import load_settings
+from memoryd.shared.events import ChunkData, ChunksEmbedded, FileDeleted, VectorData
+from memoryd.shared.exceptions import ConfigError, ProviderError, QuotaExhausted
+from memoryd.shared.indexing import apply, fingerprint, index_now, open_writer, rebuild
+from memoryd.shared.providers import OpenAIProvider, resolve
+from memoryd.shared.store import IndexReader
 from tests.openai_stub import OpenAIStub
 
 
@@ -95,7 +94,7 @@ def test_local_provider_finds_text_at_the_end_of_a_long_chunk(workspace: Path, m
 
 
 def test_quota_errors_fail_fast_and_5xx_are_retried() -> None:
-    from shared.config import RemoteSettings
+    from memoryd.shared.config import RemoteSettings
 
     with OpenAIStub() as stub:
         remote = RemoteSettings(base_url=stub.base_url, max_retries=2)
@@ -157,7 +156,7 @@ def test_doctor_reports_sqlite_driver_tokenizer_and_provider(workspace: Path, ma
     import sys
 
     _, config = make_settings(workspace, redis=redis_url)
-    out = subprocess.run([sys.executable, "-m", "services.cli", "--config", str(config), "doctor", "--json"],
+    out = subprocess.run([sys.executable, "-m", "memoryd.services.cli", "--config", str(config), "doctor", "--json"],
                          capture_output=True, text=True, timeout=120)
     report = json.loads(out.stdout)
     checks = {c["check"]: c for c in report["checks"]}
@@ -174,7 +173,7 @@ def test_doctor_names_the_fix_when_redis_is_unreachable(workspace: Path, make_se
     import sys
 
     _, config = make_settings(workspace, redis="redis://127.0.0.1:1/0")
-    out = subprocess.run([sys.executable, "-m", "services.cli", "--config", str(config), "doctor", "--json"],
+    out = subprocess.run([sys.executable, "-m", "memoryd.services.cli", "--config", str(config), "doctor", "--json"],
                          capture_output=True, text=True, timeout=120)
     report = json.loads(out.stdout)
     redis_check = next(c for c in report["checks"] if c["check"] == "redis")
@@ -183,8 +182,8 @@ def test_doctor_names_the_fix_when_redis_is_unreachable(workspace: Path, make_se
 
 
 def test_a_long_lived_indexer_reopens_an_index_another_process_swapped(workspace: Path, make_settings) -> None:
-    from services.indexer import _writer
-    from shared.worker import WorkerContext
+    from memoryd.services.pipeline.indexer import _writer
+    from memoryd.shared.worker import WorkerContext
 
     (workspace / "MEMORY.md").write_text("- a fact\n")
     settings, _ = make_settings(workspace)
@@ -203,7 +202,7 @@ def test_a_long_lived_indexer_reopens_an_index_another_process_swapped(workspace
 
 
 def test_a_skipped_big_file_records_its_real_sha_so_reconcile_leaves_it_alone(workspace: Path, make_settings) -> None:
-    from shared.workspace import file_sha256
+    from memoryd.shared.workspace import file_sha256
 
     big = workspace / "memory" / "dump.md"
     big.write_text("x" * 5000)

@@ -160,7 +160,7 @@ def test_kill9_embedder_and_indexer_then_restart_equals_fresh_rebuild(
     from rq import Queue
     from rq.registry import StartedJobRegistry
 
-    from shared.bus import QUEUES
+    from memoryd.shared.bus import QUEUES
 
     with OpenAIStub() as stub:
         stub.set(delay=0.5)  # each embedding call takes a while: the embedder dies mid-batch
@@ -190,7 +190,7 @@ def test_kill9_embedder_and_indexer_then_restart_equals_fresh_rebuild(
         fresh_settings, _ = make_settings(workspace, provider="openai-compatible", **search)
         fresh_settings.memoryd.state_dir = str(tmp_path / "fresh-state")
         stub.set(delay=0)
-        from shared.inline import index_now
+        from memoryd.shared.indexing import index_now
 
         index_now(fresh_settings, AGENT)
         assert live == snapshot(fresh_settings, AGENT), p.logs()

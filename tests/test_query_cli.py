@@ -7,8 +7,8 @@ import json
 import pytest
 from retrieval_set import build
 
-from services import cli
-from shared.config import Settings
+from memoryd.services.cli import app as cli
+from memoryd.shared.config import Settings
 
 
 @pytest.fixture(scope="module")

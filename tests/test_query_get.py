@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from services.query import QueryService
-from services.query_models import GetRequest, dump
-from shared.exceptions import MemoryFileMissing, PathRefused, UnknownAgent
+from memoryd.services.query.engine import QueryService
+from memoryd.services.query.models import GetRequest, dump
+from memoryd.shared.exceptions import MemoryFileMissing, PathRefused, UnknownAgent
 
 
 @pytest.fixture

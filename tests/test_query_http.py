@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from fastapi.testclient import TestClient
 from retrieval_set import build
 
-from services.query_http import create_app
+from memoryd.services.query.http import create_app
 
 
 @pytest.fixture(scope="module")

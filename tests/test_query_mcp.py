@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -15,8 +13,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from retrieval_set import build
 
-from services.mcp_server import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION
-from shared.config import Settings
+from memoryd.services.query.mcp import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION
+from memoryd.shared.config import Settings
+from tests.support import free_port, port_open, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,7 +60,7 @@ async def round_trip(client: Client, workspace: Path) -> None:
 def test_stdio_round_trip(settings: Settings) -> None:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "services.cli", "mcp", "--agent", "main", "--config", settings.source_file],
+        args=["-m", "memoryd.services.cli", "mcp", "--agent", "main", "--config", settings.source_file],
         env=server_env(settings), cwd=str(REPO),
     )
 
@@ -72,30 +71,20 @@ def test_stdio_round_trip(settings: Settings) -> None:
     anyio.run(main)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_streamable_http_round_trip(settings: Settings, tmp_path: Path) -> None:
     port = free_port()
     log = (tmp_path / "mcp-http.log").open("w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "mcp", "--agent", "main", "--http", "--port", str(port),
+        [sys.executable, "-m", "memoryd.services.cli", "mcp", "--agent", "main", "--http", "--port", str(port),
          "--config", settings.source_file],
         env=server_env(settings), cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert server.poll() is None, (tmp_path / "mcp-http.log").read_text()
-                assert time.monotonic() < deadline, "MCP HTTP server did not start"
-                time.sleep(0.1)
+        def listening() -> bool:
+            assert server.poll() is None, (tmp_path / "mcp-http.log").read_text()
+            return port_open(port)
+
+        wait_until(listening, timeout=30, what="the MCP HTTP server listening")
 
         async def main() -> None:
             async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=60) as client:
@@ -110,7 +99,7 @@ def test_streamable_http_round_trip(settings: Settings, tmp_path: Path) -> None:
 
 def test_an_unknown_agent_fails_before_serving(settings: Settings) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli", "mcp", "--agent", "nobody", "--config", settings.source_file],
+        [sys.executable, "-m", "memoryd.services.cli", "mcp", "--agent", "nobody", "--config", settings.source_file],
         env=server_env(settings), cwd=str(REPO), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )
     assert done.returncode != 0 and "unknown agent 'nobody'" in done.stderr

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from retrieval_set import build, evaluate, first_hit, questions
 
-from services.query import QueryService
-from services.query_models import SearchRequest
+from memoryd.services.query.engine import QueryService
+from memoryd.services.query.models import SearchRequest
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """memory_search: the contract, both fusion modes, identifiers, CJK, sources, degraded modes, freshness.
 
 Plumbing runs on the ``hash`` provider (no model) over the retrieval fixture workspace,
-indexed for real by ``shared.inline.index_now`` into a real SQLite file with sqlite-vec.
+indexed for real by ``memoryd.shared.indexing.index_now`` into a real SQLite file with sqlite-vec.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from retrieval_set import build
 
-from services.query import QueryService
-from services.query_models import SNIPPET_MAX_CHARS, SearchRequest, dump
-from shared.config import Settings, load_settings
-from shared.inline import index_now
-from shared.store import IndexWriter
+from memoryd.services.query.engine import QueryService
+from memoryd.services.query.models import SNIPPET_MAX_CHARS, SearchRequest, dump
+from memoryd.shared.config import Settings, load_settings
+from memoryd.shared.indexing import index_now
+from memoryd.shared.store import IndexWriter
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +252,7 @@ def test_query_embeddings_are_cached(corpus) -> None:
 
 
 def test_unknown_agent_and_missing_index_are_errors(fresh, tmp_path: Path) -> None:
-    from shared.exceptions import IndexMissing, UnknownAgent
+    from memoryd.shared.exceptions import IndexMissing, UnknownAgent
 
     settings, service = fresh
     with pytest.raises(UnknownAgent):

@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services import query_vectors
-from services.query_vectors import VectorMatrix
-from shared import sqlitedb
-from shared.events import ChunkData
-from shared.store import IndexWriter
+from memoryd.services.query import vectors as query_vectors
+from memoryd.services.query.vectors import VectorMatrix
+from memoryd.shared import sqlitedb
+from memoryd.shared.events import ChunkData
+from memoryd.shared.store import IndexWriter
 
 DIMS = 8
 

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import uvicorn
 
-from services.query_http import create_app
-from services.session_api import build_router
-from shared.session_client import SessionApiError, SessionClient
+from memoryd.services.query.http import create_app
+from memoryd.services.session.api import build_router
+from memoryd.services.session.client import SessionApiError, SessionClient
 from tests.openai_stub import OpenAIStub
 from tests.session_support import llm_extra, logged
+from tests.support import free_port, wait_until
 
 
 @pytest.fixture
@@ -23,14 +22,11 @@ def served(workspace: Path, make_settings, redis_url: str) -> Iterator[tuple[Ses
     with OpenAIStub() as stub:
         settings, _ = make_settings(workspace, redis=redis_url, extra=llm_extra(stub.base_url))
         app = create_app(settings, routers=[build_router(settings)])  # how `memoryd serve` mounts it
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
-        while not server.started:
-            time.sleep(0.01)
+        wait_until(lambda: server.started, timeout=30, interval=0.01, what="uvicorn started")
         with SessionClient(f"http://127.0.0.1:{port}", agent="main") as client:
             yield client, stub
         server.should_exit = True

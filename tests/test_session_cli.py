@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from services.cli import build_parser
+from memoryd.services.cli.app import build_parser
 from tests.openai_stub import OpenAIStub
 from tests.session_support import llm_extra
 
@@ -20,7 +20,7 @@ SUBCOMMANDS = ("append", "context", "compact", "new", "reset", "show")
 
 
 def _memoryd(config: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "services.cli", *args, "--config", str(config)],
+    return subprocess.run([sys.executable, "-m", "memoryd.services.cli", *args, "--config", str(config)],
                           input=stdin, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=60)
 
 

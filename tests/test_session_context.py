@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from services.session import NewMessage
-from shared.config import ContextPruningSettings
-from shared.context import BOOTSTRAP_MAX_CHARS, assemble, prune, read_bootstrap
-from shared.transcript import Compaction, Message, segment
+from memoryd.services.session.context import BOOTSTRAP_MAX_CHARS, assemble, prune, read_bootstrap
+from memoryd.services.session.service import NewMessage
+from memoryd.services.session.transcript import Compaction, Message, segment
+from memoryd.shared.config import ContextPruningSettings
 from tests.session_support import UTC, Clock, sessions
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from services.query import QueryService
-from services.query_models import SearchRequest
-from services.session import NewMessage, Sessions
-from shared.exceptions import PathRefused, ProviderError
-from shared.inline import index_now
-from shared.memfiles import append_daily
+from memoryd.services.query.engine import QueryService
+from memoryd.services.query.models import SearchRequest
+from memoryd.services.session.memfiles import append_daily
+from memoryd.services.session.service import NewMessage, Sessions
+from memoryd.shared.exceptions import PathRefused, ProviderError
+from memoryd.shared.indexing import index_now
 from tests.openai_stub import OpenAIStub
 from tests.session_support import UTC, Clock, drain, lines, llm_extra, logged, sessions, words
 

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from services.query import QueryService
-from services.query_models import SearchRequest
-from services.session import NewMessage, Sessions, due_reset
-from shared.config import SessionResetSettings
-from shared.inline import index_now
-from shared.transcript import Message, segment
+from memoryd.services.query.engine import QueryService
+from memoryd.services.query.models import SearchRequest
+from memoryd.services.session.policy import due_reset
+from memoryd.services.session.service import NewMessage, Sessions
+from memoryd.services.session.transcript import Message, segment
+from memoryd.shared.config import SessionResetSettings
+from memoryd.shared.indexing import index_now
 from tests.openai_stub import OpenAIStub
 from tests.session_support import UTC, Clock, drain, llm_extra, logged, sessions
 

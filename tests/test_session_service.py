@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -14,11 +13,13 @@ from pathlib import Path
 import redis
 from rq import Queue
 
-from services.session import NewMessage, Thresholds
-from shared.bus import QUEUES
-from shared.chunking import count_tokens
-from shared.transcript import Message, Transcript
+from memoryd.services.session.policy import Thresholds
+from memoryd.services.session.service import NewMessage
+from memoryd.services.session.transcript import Message, Transcript
+from memoryd.shared.bus import QUEUES
+from memoryd.shared.chunking import count_tokens
 from tests.session_support import sessions, words
+from tests.support import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 RULE = "Never delete mail without asking me first."
@@ -28,11 +29,7 @@ SMALL = {"contextWindow": 3000, "session": {"mode": "daily", "atHour": 4},
 
 
 def _eventually(check: Callable[[], bool], what: str, limit: float = 60.0) -> None:
-    """Poll a condition the worker process brings about (a liveness bound, not a timing assert)."""
-    deadline = time.monotonic() + limit
-    while not check():
-        assert time.monotonic() < deadline, f"the session worker never got to: {what}"
-        time.sleep(0.1)
+    wait_until(check, timeout=limit, interval=0.1, what=f"the session worker getting to: {what}")
 
 
 def test_thresholds_follow_the_formula_and_per_agent_overrides(workspace: Path, make_settings) -> None:
@@ -49,7 +46,8 @@ def test_the_worker_process_resets_stale_sessions_and_runs_flush_and_compaction(
     stale_at = datetime.now().astimezone() - timedelta(days=2)
     Transcript.of(workspace, "stale").append(Message(ts=stale_at.isoformat(), role="user",
                                                      content="We decided on Postgres.", tokens=6))
-    worker = subprocess.Popen([sys.executable, "-m", "services.cli", "worker", "session", "--config", str(config)],
+    worker = subprocess.Popen([sys.executable, "-m", "memoryd.services.cli", "worker", "session",
+                               "--config", str(config)],
                               cwd=ROOT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         s = sessions(settings, redis_url)

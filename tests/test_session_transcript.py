@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.exceptions import BadRequest
-from shared.transcript import Compaction, Message, Transcript, segment
+from memoryd.services.session.transcript import Compaction, Message, Transcript, segment
+from memoryd.shared.exceptions import BadRequest
 
 WRITERS = 6
 PER_WRITER = 150

@@ -11,9 +11,9 @@ import pytest
 import redis
 from rq import SimpleWorker
 
-from shared.bus import Bus
-from shared.config import load_settings
-from shared.events import FileChanged, FileDeleted
+from memoryd.shared.bus import Bus
+from memoryd.shared.config import load_settings
+from memoryd.shared.events import FileChanged, FileDeleted
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ def test_status_counts_jobs_per_agent_and_queue(tmp_path: Path, redis_url: str) 
     bus.emit("chunk", [FileChanged(agent="b", path="MEMORY.md", seq=4, root=str(tmp_path / "b"), rel="MEMORY.md",
                                    sha256="0" * 64, size=1, mtime=0.0)])
 
-    out = subprocess.run([sys.executable, "-m", "services.cli", "--config", str(config), "status", "--json"],
+    out = subprocess.run([sys.executable, "-m", "memoryd.services.cli", "--config", str(config), "status", "--json"],
                          capture_output=True, text=True, check=True, timeout=120)
     status = json.loads(out.stdout)
     a, b = status["agents"]["a"]["queues"], status["agents"]["b"]["queues"]

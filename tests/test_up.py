@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,23 +12,19 @@ import httpx
 import psutil
 import pytest
 
-from tests.pipeline_harness import wait_until
+from tests.support import foreign_packages_dir, free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_up_runs_all_services_and_stops_them(workspace: Path, make_settings, redis_url: str, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     _, config = make_settings(workspace, redis=redis_url, extra={"memoryd": {"server": {"port": port}}})
     log = open(tmp_path / "up.log", "wb")  # noqa: SIM115 - closed below
-    up = subprocess.Popen([sys.executable, "-m", "services.cli", "--config", str(config), "up"],
-                          stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    # started from a folder with its own `services` and `shared` packages: up and its children ignore them
+    project = foreign_packages_dir(tmp_path / "project")
+    up = subprocess.Popen([sys.executable, "-m", "memoryd.services.cli", "--config", str(config), "up"],
+                          stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ), cwd=project)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: _ok(f"{base}/healthz"), timeout=90)

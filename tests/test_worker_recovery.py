@@ -18,7 +18,7 @@ from rq.executions import Execution
 from rq.job import JobStatus
 from rq.registry import StartedJobRegistry
 
-from shared.worker import HOST, requeue_orphans
+from memoryd.shared.worker import HOST, requeue_orphans
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,7 @@ def _setup(redis_url: str, pid: int) -> tuple[Queue, SimpleWorker]:
 
 def _take(queue: Queue) -> str:
     """What a worker's dequeue does first: move the job to the intermediate queue."""
-    job = queue.enqueue("services.indexer.index_job", [])
+    job = queue.enqueue("memoryd.services.pipeline.indexer.index_job", [])
     queue.connection.lmove(queue.key, queue.intermediate_queue_key)
     return job.id
 

@@ -20,10 +20,10 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from services.query import QueryService
-from services.query_models import AgentsResponse, GetRequest, GetResponse, SearchRequest, SearchResponse, dump
-from shared.config import Settings
-from shared.exceptions import MemorydError
+from memoryd.services.query.engine import QueryService
+from memoryd.services.query.models import AgentsResponse, GetRequest, GetResponse, SearchRequest, SearchResponse, dump
+from memoryd.shared.config import Settings
+from memoryd.shared.exceptions import MemorydError, validation_problems
 
 API_VERSION = "1"
 
@@ -71,8 +71,7 @@ def create_app(settings: Settings, routers: Sequence[APIRouter] = (), service: Q
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        return JSONResponse(error_body("bad_request", problems), status_code=422)
+        return JSONResponse(error_body("bad_request", validation_problems(exc)), status_code=422)
 
     @app.get("/healthz", tags=["ops"], summary="Liveness")
     def healthz() -> dict:

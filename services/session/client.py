@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from shared.exceptions import MemorydError
+from memoryd.shared.exceptions import MemorydError
 
 
 class SessionApiError(MemorydError):

@@ -1,7 +1,7 @@
 """The session service's HTTP routes, under ``/v1/agents/{agent}/sessions/{session}``.
 
 ``build_router(settings)`` returns an ``APIRouter`` that the HTTP server mounts with
-``services.query_http.create_app(settings, routers=[...])``; that app turns errors into
+``memoryd.services.query.http.create_app(settings, routers=[...])``; that app turns errors into
 ``{"error": {"code": …, "message": …}}`` with the error's HTTP status.
 
 - ``POST …/messages`` ``{"role", "text" | "content", "name"?, "toolCallId"?, "toolCalls"?, "ts"?}``:
@@ -21,9 +21,10 @@ import redis
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
 
-from services.session import NewMessage, Sessions, context_json
-from shared.bus import Bus, connect, redis_url
-from shared.config import Settings
+from memoryd.services.session.service import NewMessage, Sessions, context_json
+from memoryd.shared.bus import Bus
+from memoryd.shared.config import Settings
+from memoryd.shared.redis_server import connect, redis_url
 
 PREFIX = "/v1/agents/{agent}/sessions/{session}"
 

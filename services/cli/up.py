@@ -14,12 +14,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from shared import bus as busmod
-from shared.bootstrap import ensure_workspace
-from shared.config import Settings
-
-#: A service that dies is restarted after this long (doubling up to a minute).
-RESTART_DELAY_SECONDS = 1.0
+from memoryd.shared import defaults as d
+from memoryd.shared import redis_server
+from memoryd.shared.bootstrap import ensure_workspace
+from memoryd.shared.config import Settings
 
 
 def services(http: bool) -> dict[str, list[str]]:
@@ -41,21 +39,21 @@ class Child:
     name: str
     argv: list[str]
     process: subprocess.Popen[bytes] | None = None
-    delay: float = RESTART_DELAY_SECONDS
+    delay: float = d.RESTART_DELAY_SECONDS
     restart_at: float = field(default=0.0)
 
 
 def supervise(settings: Settings, *, http: bool = True) -> int:
     for agent_id in settings.agent_ids():
         ensure_workspace(settings.agent(agent_id))
-    url, private = busmod.ensure_redis(settings)
+    url, private = redis_server.ensure_redis(settings)
     env = dict(os.environ, REDIS_URL=url, MEMORYD_STATE_DIR=str(settings.state_dir))
     if settings.source_file:
         env["MEMORYD_CONFIG"] = settings.source_file
     if private:
         print(f"memoryd: no Redis configured or running; started a private one at {url} ({private.binary})",
               flush=True)
-    base = [sys.executable, "-m", "services.cli"]
+    base = [sys.executable, "-m", "memoryd.services.cli"]
     children = [Child(name, base + argv) for name, argv in services(http).items()]
     stopping = False
 

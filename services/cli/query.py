@@ -7,11 +7,11 @@ import json
 import sys
 from typing import TYPE_CHECKING, get_args
 
-from services.query_models import Fusion, GetRequest, GetResponse, SearchRequest, SearchResponse, dump
-from shared.config import Settings
+from memoryd.services.query.models import Fusion, GetRequest, GetResponse, SearchRequest, SearchResponse, dump
+from memoryd.shared.config import Settings
 
 if TYPE_CHECKING:
-    from services.query import QueryService
+    from memoryd.services.query.engine import QueryService
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def _service(settings: Settings) -> QueryService:
     """Imported late: `memoryd --help` and the other commands should not load numpy and the model."""
-    from services.query import QueryService
+    from memoryd.services.query.engine import QueryService
 
     return QueryService(settings)
 
@@ -99,8 +99,8 @@ def cmd_get(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
-    from services.query_http import create_app
-    from services.session_api import build_router
+    from memoryd.services.query.http import create_app
+    from memoryd.services.session.api import build_router
 
     server = settings.memoryd.server
     app = create_app(settings, routers=[build_router(settings)])
@@ -109,7 +109,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
-    from services.mcp_server import build_server
+    from memoryd.services.query.mcp import build_server
 
     mcp = build_server(settings, args.agent, _service(settings))
     if args.http:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import threading
 import time
 from pathlib import Path
@@ -20,45 +19,14 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from shared.bus import Bus
-from shared.config import Settings
-from shared.events import FileChanged, FileDeleted
-from shared.exceptions import IndexMissing
-from shared.store import IndexReader
-from shared.workspace import MemoryFile, Workspace, file_sha256
+from memoryd.shared import defaults as d
+from memoryd.shared.bus import Bus
+from memoryd.shared.config import Settings
+from memoryd.shared.events import FileChanged, FileDeleted
+from memoryd.shared.indexing import changed_event, indexed_hashes
+from memoryd.shared.workspace import Workspace
 
 log = logging.getLogger("memoryd.watcher")
-
-#: Files per chunk job when a reconcile finds many: one job is cheaper than many.
-RECONCILE_BATCH = 16
-#: How often the debounce loop looks for settled files.
-TICK_SECONDS = 0.05
-
-
-def indexed_hashes(settings: Settings, agent_id: str) -> dict[str, str]:
-    try:
-        reader = IndexReader(settings.index_path(agent_id))
-    except IndexMissing:
-        return {}
-    try:
-        return reader.live_hashes()
-    finally:
-        reader.close()
-
-
-def changed_event(bus: Bus, agent_id: str, found: MemoryFile, *, origin: str,
-                  run: str | None = None) -> FileChanged | None:
-    """A FileChanged for ``found`` as it is on disk now; None if it vanished or is no file."""
-    try:
-        st = os.lstat(found.absolute)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        sha = file_sha256(found.absolute)
-    except OSError:
-        return None
-    return FileChanged(agent=agent_id, path=found.path, seq=bus.next_seq(agent_id), run=run, root=str(found.root),
-                       rel=found.rel, source=found.source, sha256=sha, size=st.st_size, mtime=st.st_mtime,
-                       origin=origin)
 
 
 class AgentWatch(FileSystemEventHandler):
@@ -135,8 +103,8 @@ class AgentWatch(FileSystemEventHandler):
                 self.emitted[found.path] = event.sha256
             elif event is not None:
                 self.emitted[found.path] = event.sha256
-        for start in range(0, len(changed), RECONCILE_BATCH):
-            self.bus.emit("chunk", changed[start:start + RECONCILE_BATCH])
+        for start in range(0, len(changed), d.FILES_PER_CHUNK_JOB):
+            self.bus.emit("chunk", changed[start:start + d.FILES_PER_CHUNK_JOB])
         gone = [FileDeleted(agent=self.agent_id, path=p, seq=self.bus.next_seq(self.agent_id), origin="reconcile")
                 for p in sorted(set(indexed) - present)]
         for p in gone:
@@ -150,7 +118,7 @@ class AgentWatch(FileSystemEventHandler):
 
 def run(settings: Settings, bus: Bus, stop: threading.Event | None = None) -> None:
     """Watch every configured agent until ``stop`` is set (or forever)."""
-    from shared.bootstrap import ensure_workspace
+    from memoryd.shared.bootstrap import ensure_workspace
 
     stop = stop or threading.Event()
     observer = Observer()
@@ -181,7 +149,7 @@ def run(settings: Settings, bus: Bus, stop: threading.Event | None = None) -> No
                     w.settle(path)
             if not observer.is_alive():
                 raise RuntimeError("the file observer thread died; restart `memoryd watcher`")
-            stop.wait(TICK_SECONDS)
+            stop.wait(d.WATCH_TICK_SECONDS)
     finally:
         observer.stop()
         observer.join(timeout=5)

@@ -22,7 +22,7 @@ import re
 from datetime import date
 from pathlib import Path
 
-from shared.exceptions import PathRefused
+from memoryd.shared.exceptions import PathRefused
 
 MEMORY_DIR = "memory"
 #: Slugs are file-name parts: short, lowercase, hyphenated.

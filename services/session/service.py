@@ -21,37 +21,45 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 import redis
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from shared.bus import Bus
-from shared.chunking import count_tokens, encoding
-from shared.config import AgentConfig, SessionResetSettings, Settings
-from shared.context import Context, assemble, read_bootstrap, session_tokens
-from shared.events import Compacted, FlushRequested, MemoryFlushed, MemorySaved, Pruned, SessionReset
-from shared.exceptions import MemorydError
-from shared.llm import NO_REPLY, Extractive, Llm, make_llm
-from shared.memfiles import append_daily, save_note, slugify
-from shared.transcript import (
+from memoryd.services.session.context import Context, assemble, read_bootstrap, session_tokens
+from memoryd.services.session.llm import NO_REPLY, Extractive, Llm, make_llm
+from memoryd.services.session.memfiles import append_daily, save_note, slugify
+from memoryd.services.session.policy import (
+    KEEP_SHARE,
+    MIN_SUMMARY_TOKENS,
+    SUMMARY_SHARE,
+    Thresholds,
+    cap_tokens,
+    due_reset,
+    split_recent,
+)
+from memoryd.services.session.transcript import (
     Compaction,
     Flushed,
     MemorySavedEntry,
     Message,
     Reset,
     Role,
-    Segment,
     ToolCall,
     Transcript,
     as_json,
     ended_segment,
     segment,
 )
-from shared.transcript import FlushRequested as FlushRequestedEntry
-from shared.worker import Periodic, run_worker
-from shared.worker import context as worker_context
+from memoryd.services.session.transcript import FlushRequested as FlushRequestedEntry
+from memoryd.shared.bus import Bus
+from memoryd.shared.chunking import count_tokens
+from memoryd.shared.config import AgentConfig, Settings
+from memoryd.shared.events import Compacted, FlushRequested, MemoryFlushed, MemorySaved, Pruned, SessionReset
+from memoryd.shared.exceptions import MemorydError
+from memoryd.shared.worker import Periodic, run_worker
+from memoryd.shared.worker import context as worker_context
 
 log = logging.getLogger("memoryd.session")
 Clock = Callable[[], datetime]
@@ -61,12 +69,6 @@ ResetReason = Literal["daily", "idle", "new", "reset"]
 SCHEDULER_SECONDS = 30.0
 #: Messages the session-memory hook hands to the LLM (OpenClaw: the last 15).
 NOTE_MESSAGES = 15
-#: Compaction keeps at most this share of the flush threshold verbatim, and caps the summary
-#: at SUMMARY_SHARE of it, so a compacted session always lands well below the threshold and
-#: cannot compact again before it has grown (OpenClaw v2026.3.1 looped: #32106).
-KEEP_SHARE = 0.5
-SUMMARY_SHARE = 0.125
-MIN_SUMMARY_TOKENS = 256
 _NO_REPLY = re.compile(rf"\W*{NO_REPLY}\W*")
 
 
@@ -91,63 +93,6 @@ class NewMessage(BaseModel):
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
         return value.astimezone() if value is not None and value.tzinfo is None else value
-
-
-class Thresholds(BaseModel):
-    flush: int | None
-    compact: int
-
-    @classmethod
-    def of(cls, agent: AgentConfig) -> Thresholds:
-        c = agent.compaction
-        compact = agent.context_window - c.reserve_tokens_floor
-        flush = compact - c.memory_flush.soft_threshold_tokens if c.memory_flush.enabled else None
-        return cls(flush=flush, compact=compact)
-
-    @property
-    def base(self) -> int:
-        return self.flush if self.flush is not None else self.compact
-
-
-def daily_boundary(now: datetime, at_hour: int) -> datetime:
-    """The latest daily reset moment at or before ``now``, in ``now``'s time zone."""
-    boundary = now.replace(hour=at_hour, minute=0, second=0, microsecond=0)
-    return boundary if boundary <= now else boundary - timedelta(days=1)
-
-
-def due_reset(seg: Segment, cfg: SessionResetSettings, now: datetime) -> Literal["daily", "idle"] | None:
-    """Why the session's conversation is over at ``now``, if it is; with mode ``both`` the first wins."""
-    last = seg.last_activity
-    if last is None or cfg.mode == "off":
-        return None
-    due: list[tuple[datetime, Literal["daily", "idle"]]] = []
-    if cfg.mode in ("daily", "both"):
-        boundary = daily_boundary(now, cfg.at_hour)
-        if last < boundary:
-            due.append((daily_boundary(last + timedelta(hours=24), cfg.at_hour), "daily"))
-    if cfg.mode in ("idle", "both"):
-        idle_at = last + timedelta(minutes=cfg.idle_minutes)
-        if now >= idle_at:
-            due.append((idle_at, "idle"))
-    return min(due)[1] if due else None
-
-
-def split_recent(live: list[Message], budget: int) -> tuple[list[Message], list[Message]]:
-    """(older, kept): the newest turns that fit ``budget`` tokens are kept verbatim."""
-    start, used = len(live), 0
-    while start > 0 and used + live[start - 1].tokens <= budget:
-        start -= 1
-        used += live[start].tokens
-    while start < len(live) and live[start].role == "tool":  # never keep a result without its call
-        start += 1
-    return live[:start], live[start:]
-
-
-def cap_tokens(text: str, limit: int) -> str:
-    tokens = encoding().encode_ordinary(text)
-    if len(tokens) <= limit:
-        return text
-    return encoding().decode(tokens[:limit]).rstrip() + "\n[... summary cut to fit]"
 
 
 class Sessions:

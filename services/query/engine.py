@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from services import fusion, query_keyword
-from services.query_models import (
+from memoryd.services.query import fusion
+from memoryd.services.query import keyword as query_keyword
+from memoryd.services.query.models import (
     SNIPPET_MAX_CHARS,
     AgentInfo,
     AgentsResponse,
@@ -40,12 +41,12 @@ from services.query_models import (
     SearchResponse,
     SearchResult,
 )
-from services.query_vectors import VectorHit, VectorMatrix, single_blas_thread
-from shared import providers, sqlitedb
-from shared.config import AgentConfig, Settings
-from shared.exceptions import ConfigError, IndexMissing, MemoryFileMissing, PathRefused, ProviderError
-from shared.store import META_DIMS, META_EMBEDDER, META_GENERATION
-from shared.workspace import Workspace
+from memoryd.services.query.vectors import VectorHit, VectorMatrix, single_blas_thread
+from memoryd.shared import providers, sqlitedb
+from memoryd.shared.config import AgentConfig, Settings
+from memoryd.shared.exceptions import ConfigError, IndexMissing, MemoryFileMissing, PathRefused, ProviderError
+from memoryd.shared.store import META_DIMS, META_EMBEDDER, META_GENERATION
+from memoryd.shared.workspace import Workspace
 
 #: Query embeddings kept per process: agents repeat questions, and MiniLM takes ~5–10 ms a query.
 QUERY_CACHE_SIZE = 1024

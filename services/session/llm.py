@@ -13,13 +13,12 @@ one; and its session-note slug is always the ``HHMM`` fallback.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any, Protocol
 
-from shared.config import LlmSettings
-from shared.exceptions import ProviderError, QuotaExhausted
-from shared.transcript import Message
+from memoryd.services.session.transcript import Message
+from memoryd.shared.config import LlmSettings
+from memoryd.shared.openai_errors import provider_error
 
 NO_REPLY = "NO_REPLY"
 #: Lines longer than this are cut when quoted into a summary: a log line is not a decision.
@@ -101,22 +100,16 @@ class OpenAIChat:
         self.settings = settings
         self.name = f"openai-compatible:{settings.model}"
         self._openai = openai
-        self.client = openai.OpenAI(base_url=settings.base_url, api_key=os.environ.get(settings.api_key_env)
-                                    or "not-needed", timeout=settings.timeout_seconds, max_retries=2)
+        key = settings.api_key.get_secret_value() if settings.api_key else "not-needed"
+        self.client = openai.OpenAI(base_url=settings.base_url, api_key=key, timeout=settings.timeout_seconds,
+                                    max_retries=2)
 
     def _chat(self, messages: list[dict[str, Any]]) -> str:
         oa = self._openai
         try:
             response = self.client.chat.completions.create(model=self.settings.model, messages=messages)  # type: ignore[arg-type]
-        except oa.RateLimitError as exc:
-            if "insufficient_quota" in str(exc):
-                raise QuotaExhausted(self.name, str(exc)) from exc
-            raise ProviderError(self.name, f"rate limited: {exc}", retryable=True) from exc
-        except (oa.APITimeoutError, oa.APIConnectionError, oa.InternalServerError) as exc:
-            raise ProviderError(self.name, f"{exc.__class__.__name__}: {exc}", retryable=True) from exc
-        except oa.APIStatusError as exc:
-            raise ProviderError(self.name, f"HTTP {exc.status_code}: {exc.message}",
-                                retryable=exc.status_code >= 500) from exc
+        except oa.OpenAIError as exc:
+            raise provider_error(self.name, exc, oa) from exc
         return (response.choices[0].message.content or "").strip()
 
     def flush(self, system: str, turns: list[Message], prompt: str) -> str:

@@ -1,10 +1,12 @@
-"""Embedder worker: ``FileChunked`` → ``ChunksEmbedded``, with the content-hash cache first.
+"""Embedding a batch of chunked files: the content-hash cache first, then one provider call.
 
 Each chunk is looked up by (embedder, chunk hash) in the agent index's
 ``embedding_cache`` (read-only) and in a per-process LRU; only misses go to the
-provider, batched across every file of the job. When no provider works the event still
-goes on, without those vectors: the indexer stores the chunks for keyword search marked
-"vector missing", and :func:`backfill_job` fills them in once a provider answers again.
+provider, batched across every file. When no provider works the files still go on,
+without those vectors: the indexer stores the chunks for keyword search marked
+"vector missing", and the embedder's backfill fills them in once a provider answers.
+
+Used by the embedder stage and by the in-process fold (``memoryd.shared.indexing``).
 """
 
 from __future__ import annotations
@@ -15,26 +17,19 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
-import redis
-from rq.exceptions import NoSuchJobError
-from rq.job import Job, JobStatus
 
-from shared import providers
-from shared.events import ChunksEmbedded, FileChunked, VectorData, VectorsFilled, parse_event
-from shared.exceptions import IndexMissing, ProviderError
-from shared.store import IndexReader
-from shared.worker import Periodic, WorkerContext, context
+from memoryd.shared import defaults as d
+from memoryd.shared import providers
+from memoryd.shared.events import ChunksEmbedded, FileChunked, VectorData
+from memoryd.shared.exceptions import IndexMissing, ProviderError
+from memoryd.shared.store import IndexReader
+from memoryd.shared.worker import WorkerContext
 
-log = logging.getLogger("memoryd.embedder")
-
-#: Vectors kept in each embedder process, so a busy file is not re-read from SQLite.
-LRU_ENTRIES = 20_000
-#: Chunks per backfill job: small enough that a recovered provider catches up in steps.
-BACKFILL_BATCH = 256
+log = logging.getLogger("memoryd.embedding")
 
 
 class VectorLRU:
-    def __init__(self, size: int = LRU_ENTRIES) -> None:
+    def __init__(self, size: int = d.VECTOR_LRU_ENTRIES) -> None:
         self.size = size
         self.items: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self.lock = threading.Lock()
@@ -54,7 +49,7 @@ class VectorLRU:
                 self.items.popitem(last=False)
 
 
-def _chain(ctx: WorkerContext, agent: str) -> list[providers.Provider]:
+def chain_for(ctx: WorkerContext, agent: str) -> list[providers.Provider]:
     search = ctx.settings.agent(agent).memory_search
     return ctx.memo(f"providers:{search.model_dump_json()}", lambda: providers.resolve(search))
 
@@ -86,7 +81,7 @@ def embed_files(ctx: WorkerContext, events: Sequence[FileChunked]) -> list[Chunk
         by_agent.setdefault(event.agent, []).append(event)
     lru: VectorLRU = ctx.memo("lru", VectorLRU)
     for agent, group in by_agent.items():
-        chain = _chain(ctx, agent)
+        chain = chain_for(ctx, agent)
         name, model, embedder = providers.describe(ctx.settings.agent(agent).memory_search)
         hashes = list(dict.fromkeys(c.hash for e in group for c in e.chunks))
         vectors = _cached(ctx, agent, embedder, hashes) if chain else {}
@@ -121,68 +116,3 @@ def embed_files(ctx: WorkerContext, events: Sequence[FileChunked]) -> list[Chunk
             ))
             embedded_now -= set(own)  # a chunk shared by two files was embedded once
     return out
-
-
-def embed_job(events: list[str]) -> int:
-    """RQ job: embed a batch of chunked files. Idempotent: the cache makes a rerun cheap."""
-    ctx = context()
-    parsed = [parse_event(raw) for raw in events]
-    for event in parsed:
-        if not isinstance(event, FileChunked):
-            raise TypeError(f"embed_job got a {event.type} event; only file.chunked belongs on this queue")
-    results = embed_files(ctx, parsed)  # type: ignore[arg-type]
-    for r in results:
-        ctx.bus.count(r.run, chunks_embedded=r.embedded, chunks_cached=r.cached)
-    ctx.bus.emit("index", results)
-    return sum(r.embedded for r in results)
-
-
-def backfill_job(agent: str) -> int:
-    """RQ job: embed chunks the index holds without vectors; → how many were filled."""
-    ctx = context()
-    chain = _chain(ctx, agent)
-    if not chain:
-        return 0
-    try:
-        reader = IndexReader(ctx.settings.index_path(agent))
-    except IndexMissing:
-        return 0
-    try:
-        rows = reader.chunks_missing_vectors(BACKFILL_BATCH)
-    finally:
-        reader.close()
-    if not rows:
-        return 0
-    try:
-        matrices, used = providers.embed_with_fallback(chain, [text for _, text in rows])
-    except ProviderError as exc:
-        log.info("agent %s: backfill waits, provider still failing: %s", agent, exc)
-        ctx.bus.note_provider_error(agent, str(exc))
-        return 0
-    ctx.bus.note_provider_error(agent, None)
-    event = VectorsFilled(agent=agent, embedder=used.embedder, embedded=len(rows),
-                          vectors=[VectorData.pack(h, m) for (h, _), m in zip(rows, matrices, strict=True)])
-    ctx.bus.emit("fill", [event])
-    return len(rows)
-
-
-def _pending(ctx: WorkerContext, job_id: str) -> bool:
-    try:
-        status = Job.fetch(job_id, connection=ctx.bus.conn).get_status()
-    except NoSuchJobError:
-        return False
-    return status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
-
-
-def schedule_backfills(ctx: WorkerContext) -> None:
-    """Queue a backfill for every agent whose index has chunks without vectors."""
-    for agent in ctx.bus.agents_missing_vectors():
-        job_id = f"backfill-{agent}"  # at most one backfill queued per agent
-        if not _pending(ctx, job_id):
-            ctx.bus.enqueue("backfill", agent, job_id=job_id)
-
-
-def backfill_scheduler(ctx: WorkerContext) -> Periodic:
-    """In each embedder process: every ``vectorRetrySeconds``, queue the backfills that are due."""
-    period = min(ctx.settings.agent(a).memory_search.sync.vector_retry_seconds for a in ctx.settings.agent_ids())
-    return Periodic("vector-backfill", period, lambda: schedule_backfills(ctx), errors=(redis.RedisError,))

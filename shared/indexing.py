@@ -1,47 +1,55 @@
-"""Indexer worker — the only writer of ``<state>/memory/<agent>.sqlite``.
+"""Folding file events into an index: the rules every writer of an index follows.
 
-Applies ``ChunksEmbedded``, ``FileDeleted``, ``FileSkipped`` and ``VectorsFilled``. A file's
-chunks change in one transaction; an event older (by sequence number) than what the
-index holds for that path is dropped as stale, so a late retry never overwrites a newer
-version and a deleted file never comes back. Applying the same event twice changes
-nothing: jobs are idempotent.
+``apply`` is the one function that changes an index for an event (the indexer worker
+calls it for every event; a rebuild and a replay call it too), so every path to an index
+gives the same rows. ``index_into`` runs the whole pipeline — read, chunk, embed, apply —
+in one process without Redis: for rebuilding an index into a new file when its
+fingerprint changed, and for tests and benchmarks that need an index without workers.
 
-The index records its fingerprint (chunker, tokenizer, FTS tokenizer, embedder). When
-the configured one differs, the index is rebuilt into a new file (cached vectors are
-carried over) and swapped in atomically; the old file keeps serving until then.
+A file's chunks change in one transaction; an event older (by sequence number) than what
+the index holds for that path is dropped as stale, so a late retry never overwrites a
+newer version and a deleted file never comes back. Applying the same event twice changes
+nothing.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
+import time
 from pathlib import Path
 
-from shared import providers
-from shared.config import Settings
-from shared.events import (
+from memoryd.shared import defaults as d
+from memoryd.shared import providers
+from memoryd.shared.bus import Bus
+from memoryd.shared.chunking import Chunker, chunk_file
+from memoryd.shared.config import Settings
+from memoryd.shared.embedding import embed_files
+from memoryd.shared.events import (
     ChunksEmbedded,
+    FileChanged,
+    FileChunked,
     FileDeleted,
     FileEvent,
     FileSkipped,
     IndexApplied,
     VectorsFilled,
-    parse_event,
 )
-from shared.fts import FTS_TOKENIZER
-from shared.store import META_EMBEDDER, META_FINGERPRINT, IndexWriter
-from shared.worker import WorkerContext, context
+from memoryd.shared.exceptions import IndexMissing
+from memoryd.shared.fts import FTS_TOKENIZER
+from memoryd.shared.store import META_EMBEDDER, META_FINGERPRINT, IndexReader, IndexWriter
+from memoryd.shared.worker import WorkerContext
+from memoryd.shared.workspace import MemoryFile, Workspace, file_sha256
 
-log = logging.getLogger("memoryd.indexer")
+log = logging.getLogger("memoryd.indexing")
 
 
 def fingerprint(settings: Settings, agent_id: str) -> str:
     """What the index's contents depend on; a change means a rebuild."""
-    from services.chunker import chunker_for
-
     search = settings.agent(agent_id).memory_search
     _, _, embedder = providers.describe(search)
-    return f"{chunker_for(settings, agent_id).fingerprint}|fts:{FTS_TOKENIZER}|{embedder}"
+    return f"{Chunker.from_settings(settings, agent_id).fingerprint}|fts:{FTS_TOKENIZER}|{embedder}"
 
 
 def open_writer(settings: Settings, agent_id: str) -> IndexWriter:
@@ -66,8 +74,6 @@ def open_writer(settings: Settings, agent_id: str) -> IndexWriter:
 
 def rebuild(settings: Settings, agent_id: str) -> dict[str, int]:
     """Build the agent's index afresh in a new file from its workspace and swap it in."""
-    from shared.inline import index_into
-
     path = settings.index_path(agent_id)
     fresh = path.with_name(f"{path.name}.rebuild")
     for leftover in (fresh, Path(f"{fresh}-wal"), Path(f"{fresh}-shm")):
@@ -152,53 +158,75 @@ def _apply_chunks(writer: IndexWriter, event: ChunksEmbedded) -> IndexApplied:
                         chunks_removed=removed, vectors_missing=missing)
 
 
-def _writer(ctx: WorkerContext, agent: str) -> IndexWriter:
-    """This process's writer of the agent's index, reopened if another process swapped the file."""
-    key = f"writer:{agent}"
-    writer: IndexWriter = ctx.memo(key, lambda: open_writer(ctx.settings, agent))
-    if writer.replaced():
+def index_into(settings: Settings, agent_id: str, writer: IndexWriter) -> dict[str, int]:
+    """Make ``writer``'s index hold exactly the agent's memory files on disk now."""
+    ctx = WorkerContext(settings=settings)
+    ws = Workspace(settings.agent(agent_id))
+    seq = int(time.time() * 1_000_000)
+    stats = {"files": 0, "chunks": 0, "chunks_embedded": 0, "chunks_cached": 0, "files_skipped": 0,
+             "files_deleted": 0}
+    on_disk = list(ws.scan())
+    batch: list[FileChunked] = []
+
+    def flush() -> None:
+        for embedded in embed_files(ctx, batch):
+            result = apply(writer, embedded)
+            stats["chunks"] += result.chunks if result else 0
+            stats["chunks_embedded"] += embedded.embedded
+            stats["chunks_cached"] += embedded.cached
+        batch.clear()
+
+    for found in on_disk:
+        event = FileChanged(agent=agent_id, path=found.path, seq=seq, root=str(found.root), rel=found.rel,
+                            source=found.source, sha256="", size=0, mtime=0.0, origin="inline")
+        result = chunk_file(event, settings)
+        stats["files"] += 1
+        if isinstance(result, FileChunked):
+            batch.append(result)
+            if len(batch) >= d.FOLD_BATCH_FILES:
+                flush()
+        else:
+            stats["files_skipped" if result.type == "file.skipped" else "files_deleted"] += 1
+            apply(writer, result)
+    flush()
+    present = {f.path for f in on_disk}
+    for path in set(writer.live_hashes()) - present:
+        apply(writer, FileDeleted(agent=agent_id, path=path, seq=seq, origin="inline"))
+        stats["files_deleted"] += 1
+    return stats
+
+
+def index_now(settings: Settings, agent_id: str) -> dict[str, int]:
+    """Bring the agent's index at ``settings.index_path(agent_id)`` up to date, in this process."""
+    writer = open_writer(settings, agent_id)
+    try:
+        return index_into(settings, agent_id, writer)
+    finally:
         writer.close()
-        writer = ctx.cache[key] = open_writer(ctx.settings, agent)
-    return writer
 
 
-def _finish(ctx: WorkerContext, agents: set[str], applied: list[IndexApplied]) -> None:
-    for agent in agents:
-        ctx.bus.note_missing_vectors(agent, _writer(ctx, agent).missing_vectors())
-    for a in applied:
-        ctx.bus.count(a.run, files_done=1, chunks=a.chunks, files_skipped=int(a.action == "skipped"),
-                      files_deleted=int(a.action == "deleted"))
-    ctx.bus.log(applied)
+# --- what the index holds against what is on disk ------------------------------------
+def indexed_hashes(settings: Settings, agent_id: str) -> dict[str, str]:
+    try:
+        reader = IndexReader(settings.index_path(agent_id))
+    except IndexMissing:
+        return {}
+    try:
+        return reader.live_hashes()
+    finally:
+        reader.close()
 
 
-def index_job(events: list[str]) -> int:
-    """RQ job: apply a batch of file events to their agents' indexes."""
-    ctx = context()
-    applied: list[IndexApplied] = []
-    agents: set[str] = set()
-    for raw in events:
-        event = parse_event(raw)
-        if not isinstance(event, ChunksEmbedded | FileDeleted | FileSkipped):
-            raise TypeError(f"index_job got a {event.type} event")
-        ctx.ensure_agent(event.agent)
-        agents.add(event.agent)
-        result = apply(_writer(ctx, event.agent), event)
-        if result is not None:
-            applied.append(result)
-    _finish(ctx, agents, applied)
-    return len(applied)
-
-
-def fill_job(events: list[str]) -> int:
-    """RQ job: attach backfilled vectors."""
-    ctx = context()
-    agents: set[str] = set()
-    for raw in events:
-        event = parse_event(raw)
-        if not isinstance(event, VectorsFilled):
-            raise TypeError(f"fill_job got a {event.type} event")
-        ctx.ensure_agent(event.agent)
-        agents.add(event.agent)
-        apply(_writer(ctx, event.agent), event)
-    _finish(ctx, agents, [])
-    return len(events)
+def changed_event(bus: Bus, agent_id: str, found: MemoryFile, *, origin: str,
+                  run: str | None = None) -> FileChanged | None:
+    """A FileChanged for ``found`` as it is on disk now; None if it vanished or is no file."""
+    try:
+        st = os.lstat(found.absolute)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        sha = file_sha256(found.absolute)
+    except OSError:
+        return None
+    return FileChanged(agent=agent_id, path=found.path, seq=bus.next_seq(agent_id), run=run, root=str(found.root),
+                       rel=found.rel, source=found.source, sha256=sha, size=st.st_size, mtime=st.st_mtime,
+                       origin=origin)

@@ -8,9 +8,9 @@ import logging
 import os
 import sys
 
-from services import admin_cli, query_cli, session_cli
-from shared.config import load_settings
-from shared.exceptions import ConfigError, MemorydError
+from memoryd.services.cli import pipeline, query, session, status
+from memoryd.shared.config import load_settings
+from memoryd.shared.exceptions import ConfigError, MemorydError
 
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
@@ -29,9 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Agent memory in Markdown, indexed by a pipeline of workers, searched by agents.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    admin_cli.register(sub, common)
-    query_cli.register(sub, common)
-    session_cli.register(sub, common)
+    pipeline.register(sub, common)
+    status.register(sub, common)
+    query.register(sub, common)
+    session.register(sub, common)
     return parser
 
 

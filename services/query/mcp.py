@@ -18,10 +18,10 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, ValidationError
 
-from services.query import QueryService
-from services.query_models import GetRequest, SearchRequest, dump
-from shared.config import Settings
-from shared.exceptions import MemorydError
+from memoryd.services.query.engine import QueryService
+from memoryd.services.query.models import GetRequest, SearchRequest, dump
+from memoryd.shared.config import Settings
+from memoryd.shared.exceptions import MemorydError, validation_problems
 
 #: The seed's description of memory_search (SPEC §5), word for word.
 MEMORY_SEARCH_DESCRIPTION = (
@@ -42,8 +42,7 @@ def _call(func: Any, model: type, **arguments: Any) -> dict[str, Any]:
     except MemorydError as exc:
         raise ToolError(f"{exc.code}: {exc}") from exc
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ToolError(f"bad_request: {problems}") from exc
+        raise ToolError(f"bad_request: {validation_problems(exc)}") from exc
 
 
 def build_server(settings: Settings, agent_id: str, service: QueryService | None = None) -> MCPServer:

@@ -16,9 +16,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from shared.chunking import count_tokens
-from shared.config import AgentConfig, ContextPruningSettings
-from shared.transcript import Message, Segment
+from memoryd.services.session.transcript import Message, Segment
+from memoryd.shared.chunking import count_tokens
+from memoryd.shared.config import AgentConfig, ContextPruningSettings
 
 #: Injected in this order (OpenClaw's bootstrap set); MEMORY.md only in the main session.
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "IDENTITY.md")

@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 
-from shared.exceptions import BadRequest
+from memoryd.shared.exceptions import BadRequest, validation_problems
 
 log = logging.getLogger("memoryd.transcript")
 
@@ -147,7 +147,7 @@ def parse_lines(raw: bytes, path: Path) -> list[Entry]:
             entries.append(_ENTRY.validate_json(line))
         except ValidationError as exc:
             log.warning("%s:%d is not a transcript entry (torn by a crash?), skipped: %s",
-                        path, number, exc.errors()[0]["msg"])
+                        path, number, validation_problems(exc))
     return entries
 
 

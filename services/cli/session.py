@@ -14,10 +14,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from services.session import NewMessage, Sessions, context_json
-from shared import bus as busmod
-from shared.config import Settings
-from shared.exceptions import BadRequest
+from memoryd.services.session.service import NewMessage, Sessions, context_json
+from memoryd.shared import bus as busmod
+from memoryd.shared import redis_server
+from memoryd.shared.config import Settings
+from memoryd.shared.exceptions import BadRequest, validation_problems
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -47,7 +48,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def _sessions(settings: Settings) -> Sessions:
-    conn = busmod.connect(busmod.redis_url(settings))
+    conn = redis_server.connect(redis_server.redis_url(settings))
     return Sessions(settings, busmod.Bus(conn, settings))
 
 
@@ -67,8 +68,7 @@ def _messages(args: argparse.Namespace) -> list[NewMessage]:
             raise BadRequest("nothing to append: pass --role and --text, or JSON objects on stdin")
         return [NewMessage.model_validate_json(line) for line in lines]
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise BadRequest(f"not a message: {problems}") from None
+        raise BadRequest(f"not a message: {validation_problems(exc)}") from None
 
 
 def cmd_append(args: argparse.Namespace, settings: Settings) -> int:

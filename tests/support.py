@@ -1,0 +1,48 @@
+"""The two helpers every kind of test needs: a free loopback port, and a bounded wait."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, *,
+               what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy (→ that value); fail after ``timeout``
+    seconds naming ``what`` and the last value. A liveness bound, not a timing assertion."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what} not met within {timeout}s (last value: {value!r})")
+
+
+def port_open(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def foreign_packages_dir(path: Path) -> Path:
+    """``path`` holding its own ``services`` and ``shared`` packages (as a user's project might),
+    both of which fail on import: a memoryd process started there must not pick them up."""
+    for name in ("services", "shared"):
+        (path / name).mkdir(parents=True)
+        (path / name / "__init__.py").write_text(f"raise ImportError('the user\\'s own {name} package')\n")
+        (path / name / "cli.py").write_text("raise SystemExit('wrong cli')\n")
+    return path
