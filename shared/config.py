@@ -56,6 +56,7 @@ class RemoteSettings(_Model):
     batch_size: int = Field(d.REMOTE_BATCH, ge=1, le=2048)
     timeout_seconds: float = Field(d.REMOTE_TIMEOUT_SECONDS, gt=0)
     max_retries: int = Field(d.REMOTE_MAX_RETRIES, ge=0, le=20)
+    cooldown_seconds: float = Field(d.BREAKER_COOLDOWN_SECONDS, gt=0, le=3600)
 
 
 class LocalSettings(_Model):
@@ -77,6 +78,7 @@ class QuerySettings(_Model):
     fusion: FusionMode = "rrf"
     hybrid: HybridSettings = HybridSettings()
     max_read_lines: int = Field(d.MAX_READ_LINES, ge=1, le=1_000_000)
+    embed_timeout_ms: int = Field(d.QUERY_EMBED_TIMEOUT_MS, ge=1, le=60_000)
 
 
 class SyncSettings(_Model):

@@ -52,10 +52,32 @@ LOCAL_BATCH = 32
 LOCAL_QUERY_THREADS = 2
 #: Texts per request to a remote embedding API (OpenAI accepts up to 2048).
 REMOTE_BATCH = 64
-#: Seconds one remote request may take before it counts as failed.
+#: Seconds one remote request may take before it counts as failed: a batch of 64 chunks takes
+#: 1–3 s at OpenAI, and a slow local server on CPU still fits. A timeout is never retried
+#: within the call (a hung server does not answer the second time either).
 REMOTE_TIMEOUT_SECONDS = 30.0
-#: Retries of a failed remote request (429, 5xx, timeouts) within one call.
-REMOTE_MAX_RETRIES = 4
+#: Retries of a failed remote request (429, 5xx, refused connection) within one call: one.
+#: More belongs to the circuit breaker and the backfill, not to a job that holds a worker.
+REMOTE_MAX_RETRIES = 1
+#: Wait before that retry when the server sent no Retry-After.
+REMOTE_RETRY_BACKOFF_SECONDS = 0.5
+#: A Retry-After up to this long is waited within the call; a longer one fails the call at
+#: once and keeps the circuit breaker open that long instead of holding the worker.
+MAX_RETRY_AFTER_WAIT_SECONDS = 5.0
+#: After a failure a provider is not called for this long (calls fail at once, chunks are
+#: indexed for keywords and backfilled): a hung server costs one timeout per cooldown instead
+#: of one per job, and a recovered one is used again within a backfill period or two.
+BREAKER_COOLDOWN_SECONDS = 30.0
+#: Each further failure in a row doubles the cooldown up to this: a server down for hours
+#: is probed every 5 minutes, and a hung one holds a worker for one timeout per 5 minutes.
+BREAKER_MAX_COOLDOWN_SECONDS = 300.0
+#: After ``insufficient_quota`` the provider is not called for an hour: only a person adding
+#: credit cures it, and an hourly probe finds that without spending requests meanwhile.
+QUOTA_COOLDOWN_SECONDS = 3600.0
+#: How long memory_search waits for the query's embedding before it answers from keywords
+#: alone: MiniLM embeds a query in 5–10 ms and a remote API in 100–300 ms; an agent should
+#: not wait on a slow or hung provider.
+QUERY_EMBED_TIMEOUT_MS = 500
 #: The environment variable that holds the OpenAI(-compatible) API key.
 API_KEY_ENV = "OPENAI_API_KEY"
 #: Vectors kept in each embedder process, so a busy file is not re-read from SQLite.

@@ -68,10 +68,12 @@ class ProviderError(MemorydError):
     code = "provider_error"
     http_status = 502
 
-    def __init__(self, provider: str, message: str, *, retryable: bool) -> None:
+    def __init__(self, provider: str, message: str, *, retryable: bool, retry_after: float | None = None) -> None:
         super().__init__(f"provider {provider}: {message}")
         self.provider = provider
         self.retryable = retryable
+        #: Seconds the provider asked us to wait (a 429's or 503's ``Retry-After``), if it said.
+        self.retry_after = retry_after
 
 
 class QuotaExhausted(ProviderError):
@@ -81,6 +83,18 @@ class QuotaExhausted(ProviderError):
 
     def __init__(self, provider: str, message: str) -> None:
         super().__init__(provider, f"{message} (quota exhausted: add credit or switch provider)", retryable=False)
+
+
+class ProviderUnavailable(ProviderError):
+    """The provider's circuit breaker is open: it failed moments ago and is not called again until
+    ``retry_at`` (a Unix time). Nothing was sent; the message says why and when."""
+
+    code = "provider_unavailable"
+    http_status = 503
+
+    def __init__(self, provider: str, message: str, *, retry_at: float) -> None:
+        super().__init__(provider, message, retryable=True)
+        self.retry_at = retry_at
 
 
 class BadRequest(MemorydError):

@@ -24,8 +24,10 @@ from typing import Protocol
 
 import numpy as np
 
+from memoryd.shared import defaults
+from memoryd.shared.breaker import breaker_for
 from memoryd.shared.config import LocalSettings, MemorySearchSettings, RemoteSettings
-from memoryd.shared.exceptions import ConfigError, ProviderError
+from memoryd.shared.exceptions import ConfigError, ProviderError, QuotaExhausted
 from memoryd.shared.openai_errors import provider_error
 
 LOCAL_MODEL = "all-MiniLM-L6-v2-int8"
@@ -169,7 +171,12 @@ class HashProvider:
 class OpenAIProvider:
     """``text-embedding-3-small`` (or any model) through the ``openai`` package.
 
-    Retries 429/5xx/timeouts with exponential backoff; ``insufficient_quota`` fails at once.
+    One call = one request, and at most ``remote.maxRetries`` (1) more for a 429, a 5xx or a
+    refused connection, after the server's ``Retry-After`` (up to
+    ``MAX_RETRY_AFTER_WAIT_SECONDS``) or a short backoff. A timeout is not retried and
+    ``insufficient_quota`` fails at once. Every call passes this process's circuit breaker
+    of the endpoint (:mod:`memoryd.shared.breaker`): after a failure, calls fail at once
+    until the cooldown is over.
     """
 
     def __init__(self, name: str, model: str, remote: RemoteSettings, api_key: str | None) -> None:
@@ -185,27 +192,48 @@ class OpenAIProvider:
             timeout=remote.timeout_seconds,
             max_retries=0,
         )
+        #: The endpoint: what a circuit breaker and a query-embedding thread are per.
+        self.endpoint = f"{self.embedder}@{remote.base_url or 'api.openai.com'}"
+        self.breaker = breaker_for(self.endpoint)
 
     @property
     def embedder(self) -> str:
         return f"{self.name}:{self.model}"
 
     def _call(self, texts: list[str]) -> list[np.ndarray]:
+        self.breaker.before_call(self.name)
+        try:
+            vectors = self._request(texts)
+        except ProviderError as error:
+            if error.retryable or isinstance(error, QuotaExhausted):
+                self.breaker.failed(error, self.remote.cooldown_seconds)
+            else:
+                self.breaker.succeeded()  # it answered: the request was at fault, not the provider
+            raise
+        except BaseException:
+            self.breaker.abandoned()
+            raise
+        self.breaker.succeeded()
+        return vectors
+
+    def _request(self, texts: list[str]) -> list[np.ndarray]:
         oa = self._openai
-        delay = 0.5
-        for attempt in range(self.remote.max_retries + 1):
+        tries = self.remote.max_retries + 1
+        for attempt in range(tries):
             try:
                 response = self.client.embeddings.create(model=self.model, input=texts)
-                data = sorted(response.data, key=lambda d: d.index)
-                return [_normalise(np.asarray(d.embedding, dtype=np.float32))[None, :] for d in data]
+                data = sorted(response.data, key=lambda item: item.index)
+                return [_normalise(np.asarray(item.embedding, dtype=np.float32))[None, :] for item in data]
             except oa.OpenAIError as exc:
                 error = provider_error(self.name, exc, oa)
-                if not error.retryable:
+                if not error.retryable or isinstance(exc, oa.APITimeoutError):
                     raise error from exc
-            if attempt < self.remote.max_retries:
-                time.sleep(delay)
-                delay = min(delay * 2, 8.0)
-        raise ProviderError(self.name, f"gave up after {self.remote.max_retries + 1} tries: {error}", retryable=True)
+            wait = error.retry_after if error.retry_after is not None else defaults.REMOTE_RETRY_BACKOFF_SECONDS
+            if attempt + 1 == tries or wait > defaults.MAX_RETRY_AFTER_WAIT_SECONDS:
+                break
+            time.sleep(wait)
+        raise ProviderError(self.name, f"gave up after {attempt + 1} tries: {error}", retryable=True,
+                            retry_after=error.retry_after)
 
     def embed_chunks(self, texts: Sequence[str]) -> list[np.ndarray]:
         out: list[np.ndarray] = []
@@ -315,3 +343,8 @@ def embed_with_fallback(chain: Sequence[Provider], texts: Sequence[str]) -> tupl
             last = exc
     assert last is not None
     raise last
+
+
+def endpoint(provider: Provider) -> str:
+    """Where a provider's calls go: a remote one's endpoint, else its embedder (an in-process model)."""
+    return str(getattr(provider, "endpoint", provider.embedder))

@@ -2,9 +2,14 @@
 
 ``/v1/embeddings`` returns deterministic feature-hash vectors; ``/v1/chat/completions``
 returns a scripted reply (default: the user lines that state a rule or decision, or
-``NO_REPLY``). ``POST /control`` switches failure modes at run time: ``{"embeddings":
-"ok" | "500" | "429" | "quota"}``, ``{"chat": "ok" | "500"}``, ``{"reply": "text"}``,
-``{"delay": seconds}`` (per embeddings request).
+``NO_REPLY``). ``stub.set(...)`` (or ``POST /control``) switches failure modes at run time:
+
+- ``embeddings``: ``ok``; ``500``; ``429`` (a rate limit; with ``retry_after=S`` it carries
+  ``Retry-After: S``); ``quota`` (429 ``insufficient_quota``); ``hang`` (no answer until the
+  mode changes or the stub stops); ``400`` (the request's fault: input too long);
+- ``times=N``: the embeddings mode holds for the next N requests only, then ``ok`` again;
+- ``chat``: ``ok`` | ``500``; ``reply``: the chat answer; ``delay``: seconds per embeddings request.
+
 Every request is recorded and readable at ``GET /requests``.
 """
 
@@ -35,13 +40,54 @@ def hash_vector(text: str) -> list[float]:
     return (v / np.linalg.norm(v)).tolist()
 
 
+#: A hung request is answered after this long at most, so a forgotten stub never holds a test.
+HANG_LIMIT_SECONDS = 120.0
+
+
 class StubState:
     def __init__(self) -> None:
         self.modes: dict[str, str] = {"embeddings": "ok", "chat": "ok"}
         self.reply: str | None = None
         self.delay = 0.0
+        self.retry_after: str | None = None
+        self.times: int | None = None  # embeddings requests left in the current mode (None: all)
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.closing = False
+
+    def update(self, values: dict[str, Any]) -> None:
+        with self.lock:
+            for key in ("embeddings", "chat"):
+                if key in values:
+                    self.modes[key] = str(values[key])
+            if "embeddings" in values:
+                self.times = None
+                self.retry_after = None
+            if "reply" in values:
+                self.reply = str(values["reply"])
+            if "delay" in values:
+                self.delay = float(values["delay"])
+            if "retry_after" in values:
+                self.retry_after = str(values["retry_after"])
+            if "times" in values:
+                self.times = int(values["times"])
+            self.changed.notify_all()
+
+    def take_embeddings_mode(self) -> str:
+        """The mode for this embeddings request (counting down ``times``); call with the lock held."""
+        mode = self.modes["embeddings"]
+        if self.times is not None:
+            self.times -= 1
+            if self.times <= 0:
+                self.modes["embeddings"], self.times = "ok", None
+        return mode
+
+    def hang(self) -> None:
+        """Block this request until the embeddings mode is no longer ``hang`` (or the stub stops)."""
+        with self.lock:
+            self.changed.wait_for(lambda: self.closing or self.modes["embeddings"] != "hang",
+                                  timeout=HANG_LIMIT_SECONDS)
 
 
 def _default_reply(messages: list[dict[str, Any]]) -> str:
@@ -60,13 +106,18 @@ def _handler(state: StubState) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: Any) -> None:
             return
 
-        def _send(self, status: int, body: dict[str, Any]) -> None:
+        def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
             data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (its timeout) while this request hung: nothing to answer
 
         def do_GET(self) -> None:
             if self.path == "/requests":
@@ -79,28 +130,28 @@ def _handler(state: StubState) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length", 0))
             body = json.loads(self.rfile.read(length) or b"{}")
             if self.path == "/control":
-                with state.lock:
-                    for key in ("embeddings", "chat"):
-                        if key in body:
-                            state.modes[key] = body[key]
-                    if "reply" in body:
-                        state.reply = body["reply"]
-                    if "delay" in body:
-                        state.delay = float(body["delay"])
+                state.update(body)
                 self._send(200, {"ok": True})
                 return
             kind = "embeddings" if self.path.endswith("/embeddings") else "chat"
             with state.lock:
-                state.requests.append({"path": self.path, "body": body})
-                mode = state.modes[kind]
+                state.requests.append({"path": self.path, "body": body, "at": time.monotonic()})
+                mode = state.take_embeddings_mode() if kind == "embeddings" else state.modes[kind]
                 reply = state.reply
                 delay = state.delay if kind == "embeddings" else 0.0
+                retry_after = {"Retry-After": state.retry_after} if state.retry_after is not None else {}
             if delay:
                 time.sleep(delay)
+            if mode == "hang":
+                state.hang()
+                mode = "ok"
             if mode == "500":
                 self._send(500, {"error": {"message": "stub is down", "type": "server_error"}})
             elif mode == "429":
-                self._send(429, {"error": {"message": "slow down", "type": "rate_limit", "code": "rate_limit"}})
+                self._send(429, {"error": {"message": "slow down", "type": "rate_limit", "code": "rate_limit"}},
+                           retry_after)
+            elif mode == "400":
+                self._send(400, {"error": {"message": "input is too long", "type": "invalid_request_error"}})
             elif mode == "quota":
                 self._send(429, {"error": {"message": "You exceeded your current quota",
                                            "type": "insufficient_quota", "code": "insufficient_quota"}})
@@ -138,14 +189,7 @@ class OpenAIStub:
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
     def set(self, **modes: str | float) -> None:
-        with self.state.lock:
-            for key, value in modes.items():
-                if key == "reply":
-                    self.state.reply = str(value)
-                elif key == "delay":
-                    self.state.delay = float(value)
-                else:
-                    self.state.modes[key] = str(value)
+        self.state.update(modes)
 
     def requests(self, kind: str) -> list[dict[str, Any]]:
         with self.state.lock:
@@ -156,5 +200,8 @@ class OpenAIStub:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        with self.state.lock:
+            self.state.closing = True
+            self.state.changed.notify_all()
         self.server.shutdown()
         self.server.server_close()

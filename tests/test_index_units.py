@@ -10,9 +10,9 @@ import pytest
 
 from memoryd.shared.config import load_settings
 from memoryd.shared.events import ChunkData, ChunksEmbedded, FileDeleted, VectorData
-from memoryd.shared.exceptions import ConfigError, ProviderError, QuotaExhausted
+from memoryd.shared.exceptions import ConfigError
 from memoryd.shared.indexing import apply, fingerprint, index_now, open_writer, rebuild
-from memoryd.shared.providers import OpenAIProvider, resolve
+from memoryd.shared.providers import resolve
 from memoryd.shared.store import IndexReader
 from tests.openai_stub import OpenAIStub
 
@@ -91,30 +91,6 @@ def test_local_provider_finds_text_at_the_end_of_a_long_chunk(workspace: Path, m
     assert best > first_window + 0.15
     distractors = provider.embed_chunks([f"{filler} The printer on floor {i} jams often." for i in range(5)])
     assert all(best > float((d @ query).max()) for d in distractors)
-
-
-def test_quota_errors_fail_fast_and_5xx_are_retried() -> None:
-    from memoryd.shared.config import RemoteSettings
-
-    with OpenAIStub() as stub:
-        remote = RemoteSettings(base_url=stub.base_url, max_retries=2)
-        provider = OpenAIProvider("openai-compatible", "m", remote, "key")
-        stub.set(embeddings="quota")
-        with pytest.raises(QuotaExhausted, match="quota"):
-            provider.embed_chunks(["a"])
-        assert len(stub.requests("/embeddings")) == 1
-        stub.set(embeddings="500")
-        with pytest.raises(ProviderError) as info:
-            provider.embed_chunks(["a"])
-        assert info.value.retryable and len(stub.requests("/embeddings")) == 1 + 3
-        stub.set(embeddings="429")  # a plain rate limit is retried like a 5xx
-        with pytest.raises(ProviderError) as info:
-            provider.embed_chunks(["a"])
-        assert info.value.retryable and not isinstance(info.value, QuotaExhausted)
-        assert len(stub.requests("/embeddings")) == 4 + 3
-        stub.set(embeddings="ok")
-        (vector,) = provider.embed_chunks(["hello"])
-        assert vector.shape == (1, 64) and abs(float(np.linalg.norm(vector)) - 1) < 1e-5
 
 
 def test_fallback_is_only_to_providers_of_the_same_vector_space(workspace: Path, make_settings) -> None:
