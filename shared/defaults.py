@@ -108,8 +108,24 @@ JOB_TIMEOUT_SECONDS = 600
 FAILURE_TTL_SECONDS = 7 * 24 * 3600
 #: Retries of a failed job before it counts as failed for good.
 JOB_RETRIES = 3
-#: Backoff between a failed job's retries, seconds.
+#: Backoff between a failed job's retries, seconds: a blip (a registry written a moment
+#: late, a provider restarting) passes within the first, a restart within the last.
 RETRY_INTERVALS = [1, 5, 20]
+#: How often each worker moves retries that are due back onto their queue; RQ's own
+#: scheduler looks once a second too.
+RETRY_PROMOTE_SECONDS = 1.0
+#: First pause before a process that lost Redis pings it again; doubled on every miss.
+REDIS_BACKOFF_SECONDS = 0.5
+#: Longest pause between pings of a lost Redis: a restarted Redis is found within 5 s,
+#: and one ping per 5 s per process costs nothing while it is down.
+REDIS_BACKOFF_MAX_SECONDS = 5.0
+#: How often the watcher checks that Redis still holds its marker key: one EXISTS a
+#: second finds a Redis restarted empty or flushed, and reconciles at once instead of at
+#: the next periodic reconcile (5 minutes).
+REDIS_MARKER_SECONDS = 1.0
+#: How often the watcher looks whether the agent registry or the config file changed:
+#: two stat calls a second, and a new agent's files are watched within a second.
+AGENT_RELOAD_SECONDS = 1.0
 #: Entries kept per agent in the Redis log stream (approximate trim).
 LOG_MAX_LEN = 100_000
 #: How often a worker looks for jobs orphaned by a dead worker on this host.

@@ -4,9 +4,11 @@ private one, or a private ``redis-server`` started for this run.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,9 @@ import redis
 from memoryd.shared import defaults as d
 from memoryd.shared.config import Settings
 from memoryd.shared.exceptions import RedisUnavailable
+from memoryd.shared.redact import redact
+
+log = logging.getLogger("memoryd.redis")
 
 #: Where `memoryd up` notes the private Redis it started, so other commands find it.
 PRIVATE_URL_FILE = "redis/url"
@@ -39,10 +44,28 @@ def connect(url: str) -> redis.Redis:
         conn.ping()
     except redis.RedisError as exc:
         raise RedisUnavailable(
-            f"cannot reach Redis at {url}: {exc}. Start redis-server, set REDIS_URL, "
+            f"cannot reach Redis at {redact(url)}: {redact(str(exc))}. Start redis-server, set REDIS_URL, "
             "or run `memoryd up` without REDIS_URL to get a private one"
         ) from None
     return conn
+
+
+def wait_for_redis(conn: redis.Redis, stop: threading.Event, *, who: str) -> bool:
+    """Ping ``conn`` until it answers (→ True) or ``stop`` is set (→ False), pausing
+    REDIS_BACKOFF_SECONDS and doubling up to REDIS_BACKOFF_MAX_SECONDS: how a long-running
+    process (``who``) outlives a Redis restart instead of exiting."""
+    delay = d.REDIS_BACKOFF_SECONDS
+    while not stop.is_set():
+        try:
+            conn.ping()
+            log.warning("%s: Redis answers again", who)
+            return True
+        except redis.RedisError as exc:
+            log.warning("%s: Redis unreachable (%s); next try in %.1fs", who, redact(str(exc)), delay)
+        if stop.wait(delay):
+            break
+        delay = min(delay * 2, d.REDIS_BACKOFF_MAX_SECONDS)
+    return False
 
 
 def answers(url: str) -> bool:

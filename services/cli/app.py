@@ -11,6 +11,7 @@ import sys
 from memoryd.services.cli import pipeline, query, session, status
 from memoryd.shared.config import load_settings
 from memoryd.shared.exceptions import ConfigError, MemorydError
+from memoryd.shared.redact import redact, redact_logs
 
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
@@ -43,14 +44,15 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    redact_logs()
     try:
         settings = load_settings(getattr(args, "config", None), getattr(args, "state_dir", None))
         return int(args.func(args, settings) or 0)
     except ConfigError as exc:
-        print(f"memoryd: {exc}", file=sys.stderr)
+        print(f"memoryd: {redact(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG
     except MemorydError as exc:
-        print(f"memoryd: {exc}", file=sys.stderr)
+        print(f"memoryd: {redact(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130

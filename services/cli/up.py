@@ -18,6 +18,7 @@ from memoryd.shared import defaults as d
 from memoryd.shared import redis_server
 from memoryd.shared.bootstrap import ensure_workspace
 from memoryd.shared.config import Settings
+from memoryd.shared.redact import redact
 
 
 def services(http: bool) -> dict[str, list[str]]:
@@ -51,7 +52,7 @@ def supervise(settings: Settings, *, http: bool = True) -> int:
     if settings.source_file:
         env["MEMORYD_CONFIG"] = settings.source_file
     if private:
-        print(f"memoryd: no Redis configured or running; started a private one at {url} ({private.binary})",
+        print(f"memoryd: no Redis configured or running; started a private one at {redact(url)} ({private.binary})",
               flush=True)
     base = [sys.executable, "-m", "memoryd.services.cli"]
     children = [Child(name, base + argv) for name, argv in services(http).items()]

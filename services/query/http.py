@@ -24,12 +24,14 @@ from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import AgentsResponse, GetRequest, GetResponse, SearchRequest, SearchResponse, dump
 from memoryd.shared.config import Settings
 from memoryd.shared.exceptions import MemorydError, validation_problems
+from memoryd.shared.redact import redact
 
 API_VERSION = "1"
 
 
 def error_body(code: str, message: str) -> dict:
-    return {"error": {"code": code, "message": message}}
+    """Every HTTP error's body; a URL's credentials in the message are masked."""
+    return {"error": {"code": code, "message": redact(message)}}
 
 
 def query_router(service: QueryService) -> APIRouter:

@@ -22,6 +22,7 @@ from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import GetRequest, SearchRequest, dump
 from memoryd.shared.config import Settings
 from memoryd.shared.exceptions import MemorydError, validation_problems
+from memoryd.shared.redact import redact
 
 #: The seed's description of memory_search (SPEC §5), word for word.
 MEMORY_SEARCH_DESCRIPTION = (
@@ -40,7 +41,7 @@ def _call(func: Any, model: type, **arguments: Any) -> dict[str, Any]:
     try:
         return dump(func(model.model_validate(arguments)))
     except MemorydError as exc:
-        raise ToolError(f"{exc.code}: {exc}") from exc
+        raise ToolError(redact(f"{exc.code}: {exc}")) from exc
     except ValidationError as exc:
         raise ToolError(f"bad_request: {validation_problems(exc)}") from exc
 
