@@ -12,7 +12,6 @@ import functools
 import hashlib
 import logging
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -20,7 +19,7 @@ import tiktoken
 
 from memoryd.shared.config import Settings
 from memoryd.shared.events import ChunkData, FileChanged, FileChunked, FileDeleted, FileSkipped
-from memoryd.shared.workspace import file_sha256
+from memoryd.shared.workspace import NotRegularFile, open_regular
 
 log = logging.getLogger("memoryd.chunking")
 
@@ -157,17 +156,23 @@ def chunk_file(event: FileChanged, settings: Settings) -> FileChunked | FileSkip
         return _skip(event, f"path {event.rel!r} leaves its root; refusing to read it", event.sha256, 0, 0.0)
     absolute = Path(event.root) / rel
     limit = settings.agent(event.agent).memory_search.sync.max_file_bytes
-    try:
-        st = os.lstat(absolute)
+    try:  # a FIFO, socket or device named *.md is refused before a byte is read, without blocking
+        fd = open_regular(absolute)
     except FileNotFoundError:
         return FileDeleted(agent=event.agent, path=event.path, seq=event.seq, run=event.run, origin="chunker")
-    if not stat.S_ISREG(st.st_mode):
-        return _skip(event, "not a regular file (a symlink or device); memory files must be real files",
-                     event.sha256, st.st_size, st.st_mtime)
-    if st.st_size > limit:
-        return _skip(event, f"{st.st_size:,} bytes is over memorySearch.sync.maxFileBytes ({limit:,}); "
-                     "split the file or raise the limit", file_sha256(absolute), st.st_size, st.st_mtime)
-    data = absolute.read_bytes()
+    except NotRegularFile as exc:
+        return _skip(event, str(exc), "", 0, 0.0)
+    except OSError as exc:
+        return _skip(event, f"cannot be opened ({exc.strerror}); fix its permissions", "", 0, 0.0)
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if st.st_size > limit:
+            digest = hashlib.sha256()
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+            return _skip(event, f"{st.st_size:,} bytes is over memorySearch.sync.maxFileBytes ({limit:,}); "
+                         "split the file or raise the limit", digest.hexdigest(), st.st_size, st.st_mtime)
+        data = handle.read()
     sha = hashlib.sha256(data).hexdigest()
     if b"\x00" in data:
         return _skip(event, "contains NUL bytes: a binary file, not Markdown; move it out of the memory folders",

@@ -24,6 +24,14 @@ MAX_FILE_BYTES = 8 * 1024 * 1024
 VECTOR_RETRY_SECONDS = 30.0
 #: Files per chunk job when a reconcile or `memoryd index` finds many: one job is cheaper than many.
 FILES_PER_CHUNK_JOB = 16
+#: Folders below a memory folder walked at most this deep: notes sit a few levels down
+#: (memory/projects/x/2026/); a deeper tree is generated or accidental, and each level
+#: costs an inotify watch. Deeper folders are reported as skipped.
+MAX_DIR_DEPTH = 32
+#: watchdog's inotify observer walks folders with os.walk, which recurses once per level on
+#: Python 3.11; a path is at most PATH_MAX (4,096 bytes), so at most ~2,048 levels: the
+#: watcher allows that many frames plus room for its own stack.
+WATCH_RECURSION_LIMIT = 5000
 #: How often the watcher's debounce loop looks for settled files.
 WATCH_TICK_SECONDS = 0.05
 

@@ -40,7 +40,7 @@ from memoryd.shared.exceptions import IndexMissing
 from memoryd.shared.fts import FTS_TOKENIZER
 from memoryd.shared.store import META_EMBEDDER, META_FINGERPRINT, IndexReader, IndexWriter
 from memoryd.shared.worker import WorkerContext
-from memoryd.shared.workspace import MemoryFile, Workspace, file_sha256
+from memoryd.shared.workspace import MemoryFile, Skipped, Workspace, file_sha256
 
 log = logging.getLogger("memoryd.indexing")
 
@@ -165,7 +165,8 @@ def index_into(settings: Settings, agent_id: str, writer: IndexWriter) -> dict[s
     seq = int(time.time() * 1_000_000)
     stats = {"files": 0, "chunks": 0, "chunks_embedded": 0, "chunks_cached": 0, "files_skipped": 0,
              "files_deleted": 0}
-    on_disk = list(ws.scan())
+    survey = ws.survey()
+    on_disk = survey.files
     batch: list[FileChunked] = []
 
     def flush() -> None:
@@ -189,7 +190,11 @@ def index_into(settings: Settings, agent_id: str, writer: IndexWriter) -> dict[s
             stats["files_skipped" if result.type == "file.skipped" else "files_deleted"] += 1
             apply(writer, result)
     flush()
-    present = {f.path for f in on_disk}
+    skipped = [skipped_event(agent_id, s, seq) for s in survey.skipped]
+    for event in skipped:
+        apply(writer, event)
+        stats["files_skipped"] += 1
+    present = {f.path for f in on_disk} | {s.path for s in survey.skipped}
     for path in set(writer.live_hashes()) - present:
         apply(writer, FileDeleted(agent=agent_id, path=path, seq=seq, origin="inline"))
         stats["files_deleted"] += 1
@@ -215,6 +220,14 @@ def indexed_hashes(settings: Settings, agent_id: str) -> dict[str, str]:
         return reader.live_hashes()
     finally:
         reader.close()
+
+
+def skipped_event(agent_id: str, skipped: Skipped, seq: int, run: str | None = None) -> FileSkipped:
+    """The index entry for what a workspace survey skipped (a name that is not UTF-8, a folder too
+    deep): ``memoryd status`` lists it with the reason. Its sha256 is "", so a reconcile that finds
+    it recorded already emits nothing."""
+    return FileSkipped(agent=agent_id, path=skipped.path, seq=seq, run=run, source=skipped.source, sha256="",
+                       size=0, mtime=0.0, reason=skipped.reason)
 
 
 def changed_event(bus: Bus, agent_id: str, found: MemoryFile, *, origin: str,

