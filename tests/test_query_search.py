@@ -245,10 +245,10 @@ def test_the_service_opens_indexes_read_only(fresh) -> None:
 def test_query_embeddings_are_cached(corpus) -> None:
     _, service = corpus
     search(service, "a question asked twice about invoices")
-    cached = len(service._query_cache)
+    cached = len(service._embeddings.cache)
     search(service, "a question asked twice about invoices")
-    assert len(service._query_cache) == cached
-    assert ("hash:feature-hash:256", "a question asked twice about invoices") in service._query_cache
+    assert len(service._embeddings.cache) == cached
+    assert ("hash:feature-hash:256", "a question asked twice about invoices") in service._embeddings.cache
 
 
 def test_unknown_agent_and_missing_index_are_errors(fresh, tmp_path: Path) -> None:

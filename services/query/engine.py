@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from memoryd.services.query import fusion
 from memoryd.services.query import keyword as query_keyword
+from memoryd.services.query.embedder import Embedded, QueryEmbedder, Vectors, VectorSide, settle
 from memoryd.services.query.models import (
     SNIPPET_MAX_CHARS,
     AgentInfo,
@@ -40,15 +39,12 @@ from memoryd.services.query.models import (
     SearchResponse,
     SearchResult,
 )
-from memoryd.services.query.vectors import VectorHit, VectorMatrix, single_blas_thread
+from memoryd.services.query.vectors import VectorMatrix, single_blas_thread
 from memoryd.shared import providers, sqlitedb
 from memoryd.shared.config import AgentConfig, Settings
-from memoryd.shared.exceptions import ConfigError, IndexMissing, MemoryFileMissing, PathRefused, ProviderError
+from memoryd.shared.exceptions import ConfigError, IndexMissing, MemoryFileMissing, PathRefused
 from memoryd.shared.store import META_DIMS, META_EMBEDDER, META_GENERATION
 from memoryd.shared.workspace import NotRegularFile, Workspace, open_regular
-
-#: Query embeddings kept per process: agents repeat questions, and MiniLM takes ~5–10 ms a query.
-QUERY_CACHE_SIZE = 1024
 
 
 class AgentIndex:
@@ -136,13 +132,26 @@ class AgentIndex:
         self.keyword = None
 
 
-@dataclass
-class _Vectors:
-    """The vector side's outcome for one search: the query vector, or why there is none."""
+@dataclass(frozen=True)
+class _Search:
+    """One memory_search request, resolved against the agent's settings."""
 
-    query: np.ndarray | None
-    reason: str | None
-    hits: list[VectorHit] = field(default_factory=list)
+    agent: AgentConfig
+    keyword: query_keyword.KeywordQuery
+    mode: str
+    limit: int
+    source: str | None
+    min_score: float
+    max_results: int
+    explain: bool
+
+
+@dataclass
+class _Late:
+    """A search whose query embedding was not there when its keyword side was done."""
+
+    side: _TextSide | None
+    state: tuple[tuple[int, int] | None, str | None]  # the snapshot's (inode, generation)
 
 
 class QueryService:
@@ -150,10 +159,11 @@ class QueryService:
         self.settings = settings
         self._indexes: dict[str, AgentIndex] = {}
         self._providers: dict[str, list[providers.Provider]] = {}
-        self._query_cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
-        #: One thread: query embeddings run beside the keyword side, and ONNX keeps to one thread.
-        self._embedder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memoryd-embed")
+        #: Query embeddings: cached, one thread per provider endpoint (services/query/embedder.py).
+        self._embeddings = QueryEmbedder()
+        #: One thread scans the vectors beside the keyword side, while the search holds its snapshot.
+        self._scans = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memoryd-scan")
         single_blas_thread()
 
     # --- agents ------------------------------------------------------------------------
@@ -177,7 +187,8 @@ class QueryService:
         return AgentsResponse(agents=infos)
 
     def close(self) -> None:
-        self._embedder.shutdown(wait=True)
+        self._embeddings.close()
+        self._scans.shutdown(wait=True)
         for index in self._indexes.values():
             with index.lock:
                 index.close()
@@ -193,37 +204,58 @@ class QueryService:
         source = None if request.source in (None, "all") else request.source
         limit = max_results * q.hybrid.candidate_multiplier
         provider_name, model, _ = providers.describe(search)
-        keyword_query = query_keyword.parse(request.query)
-
-        with self.index(agent_id).snapshot() as index:
-            # The query embedding (~7 ms, ONNX releases the GIL) runs while the keyword side
-            # finds, reads and scores its candidates; only the vector side's newcomers wait for it.
-            pending = (self._start_vector(agent, index, request.query, limit, source) if mode != "keyword"
-                       else _Vectors(None, None))
-            side = _TextSide(cands={}, rows={}, weights=[], first_terms={})
-            if mode != "vector":
-                side = self._text_side(index, keyword_query, limit, source, alone=not isinstance(pending, Future))
-            vectors = pending.result() if isinstance(pending, Future) else pending
-            text_side = mode != "vector"
-            if vectors.query is None and (not text_side or isinstance(pending, Future)):
-                # No vectors after all (vector mode without them, or the provider failed): keyword alone.
-                side = self._text_side(index, keyword_query, limit, source, alone=True)
-                text_side = True
-            cands = side.cands
-            for hit in vectors.hits:
-                c = cands.setdefault(hit.chunk_id, fusion.Candidate(hit.chunk_id))
-                c.vector, c.vector_rank = hit.score, hit.rank
-            newcomers = [cid for cid in cands if cid not in side.rows]
-            side.rows.update(index.chunks(newcomers))
-            if text_side:
-                _evidence(side, keyword_query, newcomers)
-            results = self._score(cands, side.rows, side.first_terms, mode, agent, text_side,
-                                  vectors.query is not None, request.explain, min_score, max_results)
-
+        plan = _Search(agent, query_keyword.parse(request.query), mode, limit, source, min_score, max_results,
+                       request.explain)
+        # The query's embedding starts now, outside the agent's lock, on its provider's own thread.
+        embedding = self._embedding(agent, request.query) if mode != "keyword" else Vectors(None, None)
+        started = time.monotonic()
+        agent_index = self.index(agent_id)
+        with agent_index.snapshot() as index:
+            found = self._in_snapshot(index, plan, embedding, None)
+        if isinstance(found, _Late):
+            # Not embedded yet: wait (up to embedTimeoutMs from the start) without the lock, then
+            # answer in a new snapshot — with vectors, or from keywords and the reason.
+            assert isinstance(embedding, Future)
+            embedding = settle(embedding, started + q.embed_timeout_ms / 1000 - time.monotonic(), q.embed_timeout_ms)
+            with agent_index.snapshot() as index:
+                found = self._in_snapshot(index, plan, embedding, found)
+        assert not isinstance(found, _Late)  # a settled embedding is never late
+        results, vectors, text_side = found
         vector_side = vectors.query is not None
         answered = "hybrid" if vector_side and text_side else ("vector-only" if vector_side else "keyword-only")
         return SearchResponse(results=results, provider=provider_name, model=model, mode=answered,
                               fusion=mode, reason=vectors.reason)
+
+    def _in_snapshot(self, index: AgentIndex, s: _Search, embedding: Future[Embedded] | Vectors,
+                     late: _Late | None) -> tuple[list[SearchResult], Vectors, bool] | _Late:
+        """Both sides and their fusion in one snapshot; ``_Late`` when the embedding is not there yet
+        (``late``: what the first snapshot found, reused if the index did not change since)."""
+        pending = self._vector_side(s.agent, index, embedding, s.limit, s.source)
+        state = (index.identity, index.generation)
+        side = _TextSide(cands={}, rows={}, weights=[], first_terms={})
+        if late is not None and late.side is not None and late.state == state:
+            side = late.side
+        elif s.mode != "vector":
+            side = self._text_side(index, s.keyword, s.limit, s.source, alone=not isinstance(pending, VectorSide))
+        vectors = pending.close() if isinstance(pending, VectorSide) else pending
+        if vectors is None:
+            return _Late(side if s.mode != "vector" else None, state)
+        text_side = s.mode != "vector"
+        if vectors.query is None and (not text_side or isinstance(pending, VectorSide)):
+            # No vectors after all (vector mode without them, or the provider failed): keyword alone.
+            side = self._text_side(index, s.keyword, s.limit, s.source, alone=True)
+            text_side = True
+        cands = side.cands
+        for hit in vectors.hits:
+            c = cands.setdefault(hit.chunk_id, fusion.Candidate(hit.chunk_id))
+            c.vector, c.vector_rank = hit.score, hit.rank
+        newcomers = [cid for cid in cands if cid not in side.rows]
+        side.rows.update(index.chunks(newcomers))
+        if text_side:
+            _evidence(side, s.keyword, newcomers)
+        results = self._score(cands, side.rows, side.first_terms, s.mode, s.agent, text_side,
+                              vectors.query is not None, s.explain, s.min_score, s.max_results)
+        return results, vectors, text_side
 
     def _score(self, cands: dict[int, fusion.Candidate], rows: dict[int, tuple[str, str, int, int, str]],
                first_terms: dict[int, query_keyword.Term | None], mode: str, agent: AgentConfig,
@@ -278,50 +310,30 @@ class QueryService:
         return (index.keyword.candidates(query, limit, source, alone=alone),
                 index.keyword.path_candidates(query, limit, source))
 
-    def _start_vector(self, agent: AgentConfig, index: AgentIndex, text: str, limit: int,
-                      source: str | None) -> _Vectors | Future[_Vectors]:
-        """The vector side, started on the embedding thread: embed the query (or take it from the
-        cache), then scan the matrix — all while the keyword side runs. Or why there is none."""
-        if index.vectors is None or not len(index.vectors):
-            return _Vectors(None, f"index of agent {agent.id!r} has no vectors yet: answered by keyword")
+    def _embedding(self, agent: AgentConfig, text: str) -> Future[Embedded] | Vectors:
+        """The query's embedding, started (or found in the cache); or why there can be none."""
         try:
             chain = self._chain(agent)
         except ConfigError as exc:
-            return _Vectors(None, f"no embedding provider: {exc}")
+            return Vectors(None, f"no embedding provider: {exc}")
         if not chain:
-            return _Vectors(None, "embedding provider is 'none': answered by keyword")
-        if chain[0].embedder != index.embedder:
-            return _Vectors(None, f"index holds vectors of {index.embedder!r}, the configured provider makes "
-                                  f"{chain[0].embedder!r}; they are not mixed. Rebuild with `memoryd index "
-                                  f"--agent {agent.id}` (keyword-only until then)")
-        return self._embedder.submit(self._vector_side, chain, (chain[0].embedder, text), index, limit, source)
+            return Vectors(None, "embedding provider is 'none': answered by keyword")
+        return self._embeddings.start(chain, text)
 
-    def _vector_side(self, chain: list[providers.Provider], key: tuple[str, str], index: AgentIndex, limit: int,
-                     source: str | None) -> _Vectors:
-        found = self._embed(chain, key)
-        if found.query is not None and index.vectors is not None:
-            found.hits = index.vectors.search(found.query, limit, source)
-        return found
-
-    def _embed(self, chain: list[providers.Provider], key: tuple[str, str]) -> _Vectors:
-        with self._lock:
-            cached = self._query_cache.get(key)
-            if cached is not None:
-                self._query_cache.move_to_end(key)
-                return _Vectors(cached, None)
-        errors = []
-        for provider in chain:
-            try:
-                vector = np.asarray(provider.embed_query(key[1]), dtype=np.float32)
-            except ProviderError as exc:
-                errors.append(str(exc))
-                continue
-            with self._lock:
-                self._query_cache[key] = vector
-                while len(self._query_cache) > QUERY_CACHE_SIZE:
-                    self._query_cache.popitem(last=False)
-            return _Vectors(vector, None)
-        return _Vectors(None, "embedding the query failed (" + "; ".join(errors) + "): answered by keyword")
+    def _vector_side(self, agent: AgentConfig, index: AgentIndex, embedding: Future[Embedded] | Vectors,
+                     limit: int, source: str | None) -> VectorSide | Vectors:
+        """The scan of the index's vectors once the query is embedded; or why there is none."""
+        if isinstance(embedding, Vectors):
+            return embedding
+        if index.vectors is None or not len(index.vectors):
+            return Vectors(None, f"index of agent {agent.id!r} has no vectors yet: answered by keyword")
+        made_by = self._chain(agent)[0].embedder
+        if made_by != index.embedder:
+            return Vectors(None, f"index holds vectors of {index.embedder!r}, the configured provider makes "
+                                 f"{made_by!r}; they are not mixed. Rebuild with `memoryd index "
+                                 f"--agent {agent.id}` (keyword-only until then)")
+        matrix = index.vectors
+        return VectorSide(embedding, lambda query: matrix.search(query, limit, source), self._scans)
 
     def _chain(self, agent: AgentConfig) -> list[providers.Provider]:
         with self._lock:
