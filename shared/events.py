@@ -169,6 +169,16 @@ class MemoryFlushed(SessionEvent):
     no_reply: bool = False
 
 
+class FlushFailed(SessionEvent):
+    """The flush's notes could not be written (the day's file is a symlink, read-only …); the
+    cycle is closed anyway and the notes are kept in the transcript's ``flush`` entry."""
+
+    type: Literal["session.flush_failed"] = "session.flush_failed"
+    compaction_count: int
+    path: str
+    reason: str
+
+
 class Compacted(SessionEvent):
     type: Literal["session.compacted"] = "session.compacted"
     tokens_before: int
@@ -195,7 +205,7 @@ class MemorySaved(SessionEvent):
 
 AnyEvent = Annotated[
     FileChanged | FileDeleted | FileChunked | FileSkipped | ChunksEmbedded | VectorsFilled | IndexApplied
-    | FlushRequested | MemoryFlushed | Compacted | Pruned | SessionReset | MemorySaved,
+    | FlushRequested | MemoryFlushed | FlushFailed | Compacted | Pruned | SessionReset | MemorySaved,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)

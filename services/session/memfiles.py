@@ -16,9 +16,12 @@ API-token shapes and the value after ``password:`` / ``token =`` / ``api key is`
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
+import stat
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
@@ -57,10 +60,24 @@ def daily_path(day: date) -> str:
 
 
 def append_daily(workspace: Path, day: date, text: str) -> str:
-    """Append ``text`` (as its own block) to the day's log; → its workspace-relative path."""
+    """Append ``text`` (as its own block) to the day's log; → its workspace-relative path.
+
+    ``PathRefused`` when the file is a symlink or not a regular file (a FIFO is opened without
+    blocking and never written); ``OSError`` when it cannot be written (read-only, full disk).
+    """
     path = memory_dir(workspace) / f"{day.isoformat()}.md"
-    fd = os.open(path, _APPEND, 0o644)
     try:
+        fd = os.open(path, _APPEND | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise PathRefused(f"{daily_path(day)} is a symlink; the session service never writes through one") \
+                from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PathRefused(f"{daily_path(day)} is not a regular file (a FIFO or a device); the session "
+                              "service writes only to real files")
+        os.set_blocking(fd, True)
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
         block = redact(text).strip("\n") + "\n"
@@ -74,6 +91,26 @@ def append_daily(workspace: Path, day: date, text: str) -> str:
     finally:
         os.close(fd)
     return daily_path(day)
+
+
+@dataclass(frozen=True)
+class DailyWrite:
+    """What became of a block for the day's log: written (``files``), or why not and the text."""
+
+    files: list[str]
+    error: str | None = None
+    unwritten: str | None = None  # redacted, like what would have been written
+
+
+def write_daily(workspace: Path, day: date, text: str) -> DailyWrite:
+    """:func:`append_daily`, or — when the file cannot be written — why, and the text it would have held."""
+    try:
+        return DailyWrite([append_daily(workspace, day, text)])
+    except PathRefused as exc:
+        error = str(exc)
+    except OSError as exc:
+        error = f"cannot append to {daily_path(day)}: {exc.strerror}"
+    return DailyWrite([], error, redact(text).strip("\n"))
 
 
 def slugify(raw: str | None) -> str | None:

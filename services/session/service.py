@@ -29,7 +29,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from memoryd.services.session.context import Context, assemble, read_bootstrap, session_tokens
 from memoryd.services.session.llm import NO_REPLY, Extractive, Llm, make_llm
-from memoryd.services.session.memfiles import append_daily, save_note, slugify
+from memoryd.services.session.memfiles import DailyWrite, daily_path, save_note, slugify, write_daily
 from memoryd.services.session.policy import (
     KEEP_SHARE,
     MIN_SUMMARY_TOKENS,
@@ -56,7 +56,15 @@ from memoryd.services.session.transcript import FlushRequested as FlushRequested
 from memoryd.shared.bus import Bus
 from memoryd.shared.chunking import count_tokens
 from memoryd.shared.config import AgentConfig, Settings
-from memoryd.shared.events import Compacted, FlushRequested, MemoryFlushed, MemorySaved, Pruned, SessionReset
+from memoryd.shared.events import (
+    Compacted,
+    FlushFailed,
+    FlushRequested,
+    MemoryFlushed,
+    MemorySaved,
+    Pruned,
+    SessionReset,
+)
 from memoryd.shared.exceptions import MemorydError
 from memoryd.shared.worker import Periodic, run_worker
 from memoryd.shared.worker import context as worker_context
@@ -176,6 +184,7 @@ class Sessions:
             "tokens": session_tokens(seg, read_bootstrap(agent.workspace, session)),
             "compactionCount": seg.compaction_count,
             "memoryFlushCompactionCount": seg.memory_flush_compaction_count,
+            "flushError": seg.last_flush.error if seg.last_flush else None,
             "flushRequested": seg.flush_requested(seg.compaction_count),
             "flushThreshold": thresholds.flush, "compactionThreshold": thresholds.compact,
             "contextWindow": agent.context_window, "resets": seg.resets, "startedAt": seg.started_at,
@@ -201,10 +210,19 @@ class Sessions:
             current = segment(locked.entries)
             if current.compaction_count != cycle or current.flushed(cycle):
                 return None
-            files = [] if no_reply else [append_daily(
-                agent.workspace, day, f"## Memory flush {now:%H:%M} (session {session})\n\n{reply}")]
+            done = DailyWrite([]) if no_reply else write_daily(
+                agent.workspace, day, f"## Memory flush {now:%H:%M} (session {session})\n\n{reply}")
+            files = done.files
+            # Written or not, the cycle's flush is over: compaction goes on and nothing loops.
             locked.append(Flushed(ts=now.isoformat(), compaction_count=cycle, tokens=ctx.session_tokens,
-                                  files=files, no_reply=no_reply))
+                                  files=files, no_reply=no_reply, error=done.error, unwritten=done.unwritten))
+        if done.error:
+            self.bus.log([FlushFailed(agent=agent_id, session=session, tokens=ctx.session_tokens,
+                                      compaction_count=cycle, path=daily_path(day), reason=done.error)])
+            log.warning("memory flush of %s/%s (cycle %d) not written: %s; its notes are kept in the transcript",
+                        agent_id, session, cycle, done.error)
+            return {"files": [], "noReply": False, "error": done.error, "tokens": ctx.session_tokens,
+                    "compactionCount": cycle}
         self.bus.log([MemoryFlushed(agent=agent_id, session=session, tokens=ctx.session_tokens, files=files,
                                     no_reply=no_reply)])
         log.info("memory flush of %s/%s (cycle %d): %s", agent_id, session, cycle,

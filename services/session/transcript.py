@@ -6,7 +6,8 @@ One JSON object per line, camelCase, tagged by ``type``:
   timestamp and its tiktoken count;
 - ``compaction``: the summary of the turns before ``firstKeptId``;
 - ``flush_requested`` / ``flush``: the pre-compaction flush of one compaction cycle was
-  asked for / done (``compactionCount`` names the cycle);
+  asked for / done (``compactionCount`` names the cycle; ``error`` and ``unwritten`` when its
+  notes could not be written);
 - ``reset``: the session ended (``/new``, ``/reset``, daily or idle); what follows is a new
   conversation under the same id;
 - ``memory_saved``: the session-memory hook saved its note for the ``reset`` ``resetId``.
@@ -107,6 +108,11 @@ class Flushed(_Entry):
     tokens: int
     files: list[str] = []
     no_reply: bool = False
+    #: Why the notes could not be written (the day's file is a symlink, read-only …); the
+    #: cycle is closed all the same, so compaction goes on and the flush is not retried.
+    error: str | None = None
+    #: The notes that were not written, kept here to be copied over by hand.
+    unwritten: str | None = None
 
 
 class Reset(_Entry):
@@ -249,6 +255,11 @@ class Segment:
 
     def flushed(self, cycle: int) -> bool:
         return any(isinstance(e, Flushed) and e.compaction_count == cycle for e in self.entries)
+
+    @property
+    def last_flush(self) -> Flushed | None:
+        done = [e for e in self.entries if isinstance(e, Flushed)]
+        return done[-1] if done else None
 
     @property
     def messages(self) -> list[Message]:
