@@ -201,7 +201,7 @@ def test_keyword_search_survives_failing_providers_and_vectors_arrive_later(
 ) -> None:
     with OpenAIStub() as stub:
         stub.set(embeddings="500")
-        search = {"model": "stub-embed", "remote": {"baseUrl": stub.base_url, "maxRetries": 1}}
+        search = {"model": "stub-embed", "remote": {"baseUrl": stub.base_url, "maxRetries": 1, "cooldownSeconds": 1}}
         settings, config = make_settings(workspace, redis=redis_url, provider="openai-compatible", **search)
         p = Pipeline(config, redis_url, settings, tmp_path)
         try:
