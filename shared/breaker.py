@@ -34,7 +34,7 @@ class Breaker:
         self.failures = 0  # in a row
         self.open_until: float | None = None  # clock time; None = closed
         self.probing = False
-        self.last_error: ProviderError | None = None
+        self.last_error: str | None = None  # the last failure's own message
 
     @property
     def state(self) -> str:
@@ -77,7 +77,7 @@ class Breaker:
         with self.lock:
             self.failures += 1
             self.probing = False
-            self.last_error = error
+            self.last_error = str(error)
             if isinstance(error, QuotaExhausted):
                 seconds = d.QUOTA_COOLDOWN_SECONDS
             else:
