@@ -111,6 +111,14 @@ class Bus:
     def note_reconciled(self, agent: str) -> None:
         self.conn.hset("memoryd:reconciled", agent, time.time())
 
+    def plant_marker(self) -> None:
+        """Set the key whose absence later tells the watcher that Redis lost its data."""
+        self.conn.set(self.key("marker"), time.time())
+
+    def marker_gone(self) -> bool:
+        """Whether Redis lost its data (restarted without saving, ``FLUSHALL``) since :meth:`plant_marker`."""
+        return not self.conn.exists(self.key("marker"))
+
     def last_reconciled(self) -> dict[str, float]:
         return {k.decode(): float(v) for k, v in self.conn.hgetall("memoryd:reconciled").items()}
 

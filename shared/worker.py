@@ -9,16 +9,23 @@ A worker killed with ``kill -9`` leaves its job started, half-started or in RQ's
 intermediate queue until RQ's heartbeat and maintenance intervals pass (minutes). Each
 worker therefore sweeps, at start and every few seconds, the jobs held by dead workers
 *on this host* (their pid is gone) and requeues them at once (:func:`requeue_orphans`).
+
+Failed jobs are retried 1, 5 and 20 s later: each worker records a failed try's error on
+the job and moves retries that are due back onto the queue (``shared/jobs.py``). A worker
+outlives a Redis outage: it waits for Redis with backoff, requeues the job it was running
+when Redis went away, and works on (:func:`run_worker`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import redis
@@ -30,8 +37,11 @@ from rq.results import Result
 from rq.utils import as_text, now, parse_composite_key
 
 from memoryd.shared import defaults as d
-from memoryd.shared.bus import JOBS, QUEUES, Bus
+from memoryd.shared.bus import JOBS, Bus
 from memoryd.shared.config import Settings, load_settings
+from memoryd.shared.jobs import RetryScheduler, note_error, release_lock_of, scheduler_lock_holder
+from memoryd.shared.redact import redact
+from memoryd.shared.redis_server import wait_for_redis
 
 log = logging.getLogger("memoryd.worker")
 
@@ -112,6 +122,29 @@ def _requeue(queue: Queue, job_id: str) -> bool:
     return True
 
 
+def release_jobs(worker: SimpleWorker) -> int:
+    """Requeue every job ``worker`` holds on any of its queues and record its death; → how many.
+
+    Only for a worker that runs no job: one whose process died, or this process's own
+    worker after its loop ended on a lost Redis."""
+    conn = worker.connection
+    executions = {parse_composite_key(as_text(k))[0] for k in conn.smembers(worker.executions_key)}
+    moved = 0
+    for queue in worker.queues:
+        held = set()
+        for job_id in executions | set(StartedJobRegistry(queue=queue).get_job_ids(cleanup=False)):
+            job = Job.fetch(job_id, connection=conn) if Job.exists(job_id, connection=conn) else None
+            ours = job is not None and (job_id in executions or job.worker_name == worker.name)
+            if ours and job.origin == queue.name:
+                held.add(job_id)
+        for job_id in sorted(held):
+            if _requeue(queue, job_id):
+                moved += 1
+                log.warning("requeued job %s held by worker %s", job_id, worker.name)
+    worker.register_death()
+    return moved
+
+
 def requeue_orphans(queue: Queue) -> int:
     """Requeue the jobs that workers of this host, now dead (``kill -9``), were holding.
 
@@ -120,23 +153,15 @@ def requeue_orphans(queue: Queue) -> int:
     queued); or only moved to RQ's intermediate queue. RQ itself recovers them after its
     heartbeat and maintenance intervals (minutes); this does it in seconds.
     """
-    conn = queue.connection
     moved = 0
-    registry = StartedJobRegistry(queue=queue)
     for worker in SimpleWorker.all(queue=queue):
-        if not _dead_here(worker.name):
-            continue
-        held = {parse_composite_key(as_text(k))[0] for k in conn.smembers(worker.executions_key)}
-        for job_id in registry.get_job_ids(cleanup=False):
-            job = Job.fetch(job_id, connection=conn) if Job.exists(job_id, connection=conn) else None
-            if job is not None and job.worker_name == worker.name:
-                held.add(job_id)
-        for job_id in sorted(held):
-            if _requeue(queue, job_id):
-                moved += 1
-                log.warning("requeued job %s held by dead worker %s", job_id, worker.name)
-        worker.register_death()
-    started = set(registry.get_job_ids(cleanup=False))
+        if _dead_here(worker.name):
+            moved += release_jobs(worker)
+    holder = scheduler_lock_holder(queue)
+    if holder and _dead_here(holder):
+        release_lock_of(queue, holder)  # its retries are promoted by a live worker within a second
+        log.warning("freed the retry scheduler lock of dead worker %s on %s", holder, queue.name)
+    started = set(StartedJobRegistry(queue=queue).get_job_ids(cleanup=False))
     intermediate = queue.intermediate_queue
     for job_id in intermediate.get_job_ids():
         if job_id in started:
@@ -217,18 +242,61 @@ class Periodic(threading.Thread):
                 return
 
 
+class StageWorker(SimpleWorker):
+    """RQ's SimpleWorker that remembers a stop request (SIGTERM, Ctrl-C), and while idle pings a
+    lost Redis no more than REDIS_BACKOFF_MAX_SECONDS apart (RQ's own cap is a minute)."""
+
+    max_connection_wait_time = d.REDIS_BACKOFF_MAX_SECONDS
+    stop_requested = False
+
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_requested = True
+        super().request_stop(signum, frame)
+
+
 def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool = False) -> None:
-    """Work ``stage``'s queue until stopped (or until it is empty, with ``burst``)."""
-    set_context(settings, conn)
-    queue = Queue(QUEUES[stage], connection=conn)
-    migrate_legacy_jobs(queue, context().bus)
-    requeue_orphans(queue)
-    worker = SimpleWorker([queue], connection=conn, name=worker_name(stage))
-    sweeper = Periodic("orphan-sweeper", d.ORPHAN_SWEEP_SECONDS, lambda: requeue_orphans(queue),
-                       errors=(redis.RedisError,))
+    """Work ``stage``'s queues, the edit lane first, until stopped (or until they are empty, with ``burst``).
+
+    Beside the work loop run the orphan sweep and the retry scheduler (threads). Losing
+    Redis does not end the process: RQ's loop waits out an outage while idle; when a job
+    or RQ's bookkeeping hits it and the loop ends, the worker waits for Redis with backoff,
+    requeues the job it held, and works on under the same name.
+    """
+    queues = set_context(settings, conn).bus.lanes(stage)
+    for queue in queues:
+        migrate_legacy_jobs(queue, context().bus)
+        requeue_orphans(queue)
+    name = worker_name(stage)
+    retries = RetryScheduler(queues, name)
+    duties = [Periodic("orphan-sweeper", d.ORPHAN_SWEEP_SECONDS, lambda: [requeue_orphans(q) for q in queues],
+                       errors=(redis.RedisError,)),
+              Periodic("retry-scheduler", d.RETRY_PROMOTE_SECONDS, retries.promote, errors=(redis.RedisError,),
+                       immediately=True)]
     if not burst:
-        sweeper.start()
+        for duty in duties:
+            duty.start()
+    stopping = threading.Event()
+    worker: StageWorker | None = None
     try:
-        worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
+        while True:
+            try:
+                if worker is not None:
+                    release_jobs(worker)  # the job it ran when Redis went away, if Redis kept it
+                worker = StageWorker(queues, connection=conn, name=name, exception_handlers=[note_error])
+                worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
+            except redis.RedisError as exc:
+                log.warning("worker %s lost Redis: %s", name, redact(str(exc)))
+            if burst or (worker is not None and worker.stop_requested):
+                return
+            for signum in (signal.SIGTERM, signal.SIGINT):  # RQ's handlers end with its loop
+                signal.signal(signum, lambda *_: stopping.set())
+            if stopping.wait(d.REDIS_BACKOFF_SECONDS) or not wait_for_redis(conn, stopping, who=name):
+                return
     finally:
-        sweeper.stop.set()
+        for duty in duties:
+            duty.stop.set()
+        if not burst:
+            try:
+                retries.release()
+            except redis.RedisError as exc:
+                log.warning("could not release the retry scheduler lock of %s: %s", name, redact(str(exc)))

@@ -47,7 +47,8 @@ def test_doctor_and_status_never_print_the_password(tmp_path: Path) -> None:
     config.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"provider": "hash"}},
                                              "list": [{"id": "main", "workspace": str(tmp_path / "ws")}]},
                                   "memoryd": {"stateDir": str(tmp_path / "state"), "redisUrl": url}}))
-    for argv in (["doctor"], ["doctor", "--json"], ["status", "--json"], ["status"], ["watcher"]):
+    for argv in (["doctor"], ["doctor", "--json"], ["status", "--json"], ["status"], ["status", "--failed"],
+                 ["retry"], ["watcher"]):
         out = subprocess.run([sys.executable, "-m", "memoryd.services.cli", "--config", str(config), *argv],
                              capture_output=True, text=True, timeout=120)
         printed = out.stdout + out.stderr

@@ -1,4 +1,5 @@
-"""`memoryd status --json` counts pending, started and failed jobs per agent and queue."""
+"""`memoryd status --json` counts pending, started, scheduled and failed jobs per agent and
+queue, and lists each agent's scheduled and failed jobs with their last error."""
 
 from __future__ import annotations
 
@@ -14,8 +15,14 @@ from rq import SimpleWorker
 from memoryd.shared.bus import Bus
 from memoryd.shared.config import load_settings
 from memoryd.shared.events import FileChanged, FileDeleted
+from memoryd.shared.jobs import note_error
 
 pytestmark = pytest.mark.integration
+
+
+def _changed(agent: str, root: Path, seq: int) -> FileChanged:
+    return FileChanged(agent=agent, path="MEMORY.md", seq=seq, root=str(root), rel="MEMORY.md", sha256="0" * 64,
+                       size=1, mtime=0.0)
 
 
 def test_status_counts_jobs_per_agent_and_queue(tmp_path: Path, redis_url: str) -> None:
@@ -24,25 +31,38 @@ def test_status_counts_jobs_per_agent_and_queue(tmp_path: Path, redis_url: str) 
         "agents": {"defaults": {"memorySearch": {"provider": "hash"}},
                    "list": [{"id": "a", "workspace": str(tmp_path / "a")},
                             {"id": "b", "workspace": str(tmp_path / "b")}]},
-        "memoryd": {"stateDir": str(tmp_path / "state"), "redisUrl": redis_url, "jobRetries": 0},
+        "memoryd": {"stateDir": str(tmp_path / "state"), "redisUrl": redis_url},
     }))
     settings = load_settings(config)
     conn = redis.Redis.from_url(redis_url)
     bus = Bus(conn, settings)
-    # b's index job fails: a worker with no memoryd context cannot run it
-    bus.emit("index", [FileDeleted(agent="b", path="memory/x.md", seq=1)])
-    SimpleWorker([bus.queues["index"]], connection=conn).work(burst=True, logging_level="ERROR")
-    bus.emit("index", [FileDeleted(agent="a", path="memory/x.md", seq=2)])
-    bus.emit("index", [FileDeleted(agent="a", path="memory/y.md", seq=3)])
-    bus.emit("chunk", [FileChanged(agent="b", path="MEMORY.md", seq=4, root=str(tmp_path / "b"), rel="MEMORY.md",
-                                   sha256="0" * 64, size=1, mtime=0.0)])
+    no_retries = Bus(conn, settings.model_copy(update={"memoryd": settings.memoryd.model_copy(
+        update={"job_retries": 0})}))
+    # two jobs the indexer cannot run (a file.changed event belongs on the chunk queue): b's
+    # has retries left and waits for one (no worker promotes it here), a's has none and fails
+    bus.enqueue("index", [_changed("b", tmp_path / "b", 1).model_dump_json()], job_id="b-wrong-queue")
+    no_retries.enqueue("index", [_changed("a", tmp_path / "a", 2).model_dump_json()], job_id="a-wrong-queue")
+    SimpleWorker([bus.queues["index"]], connection=conn, exception_handlers=[note_error]).work(
+        burst=True, logging_level="ERROR")
+    bus.emit("index", [FileDeleted(agent="a", path="memory/x.md", seq=3)])
+    bus.emit("index", [FileDeleted(agent="a", path="memory/y.md", seq=4)])
+    bus.emit("chunk", [_changed("b", tmp_path / "b", 5)])
 
     out = subprocess.run([sys.executable, "-m", "memoryd.services.cli", "--config", str(config), "status", "--json"],
                          capture_output=True, text=True, check=True, timeout=120)
     status = json.loads(out.stdout)
-    a, b = status["agents"]["a"]["queues"], status["agents"]["b"]["queues"]
-    assert a["index"] == {"pending": 2, "started": 0, "failed": 0}
-    assert b["index"] == {"pending": 0, "started": 0, "failed": 1}
-    assert b["chunk"] == {"pending": 1, "started": 0, "failed": 0}
-    assert a["chunk"] == {"pending": 0, "started": 0, "failed": 0}
-    assert status["queues"]["index"] == {"pending": 2, "started": 0, "failed": 1}
+    a, b = status["agents"]["a"], status["agents"]["b"]
+    assert a["queues"]["index"] == {"pending": 2, "started": 0, "scheduled": 0, "failed": 1}
+    assert b["queues"]["index"] == {"pending": 0, "started": 0, "scheduled": 1, "failed": 0}
+    assert b["queues"]["chunk"] == {"pending": 1, "started": 0, "scheduled": 0, "failed": 0}
+    assert a["queues"]["chunk"] == {"pending": 0, "started": 0, "scheduled": 0, "failed": 0}
+    assert status["queues"]["index"] == {"pending": 2, "started": 0, "scheduled": 1, "failed": 1}
+
+    [waiting] = b["scheduled_jobs"]
+    assert waiting["id"] == "b-wrong-queue" and waiting["stage"] == "index" and waiting["retries_left"] == 2
+    assert waiting["retry_at"] > waiting["failed_at"] > 0
+    [failed] = a["failed_jobs"]
+    assert failed["id"] == "a-wrong-queue" and failed["state"] == "failed"
+    for job in (waiting, failed):  # the reason, whether or not this process had a memoryd context
+        assert "file.changed" in job["error"] or "outside a memoryd worker" in job["error"], job
+    assert a["scheduled_jobs"] == [] and b["failed_jobs"] == []

@@ -17,6 +17,7 @@ from rq import Queue, SimpleWorker
 from rq.executions import Execution
 from rq.job import JobStatus
 from rq.registry import StartedJobRegistry
+from rq.scheduler import RQScheduler
 
 from memoryd.shared.worker import HOST, requeue_orphans
 
@@ -93,3 +94,16 @@ def test_jobs_of_a_live_worker_are_left_alone(redis_url: str) -> None:
     assert requeue_orphans(queue) == 0
     assert queue.get_job_ids() == []
     assert job_id in StartedJobRegistry(queue=queue).get_job_ids(cleanup=False)
+
+
+def test_the_retry_scheduler_lock_of_a_dead_worker_is_freed_and_a_live_ones_kept(redis_url: str) -> None:
+    queue, _ = _setup(redis_url, os.getpid())
+    key = RQScheduler.get_locking_key(queue.name)
+    dead = f"memoryd-index.{HOST}.{_dead_pid()}"
+    queue.connection.set(key, dead, ex=61)  # RQ's lease: a minute before another worker could promote retries
+    requeue_orphans(queue)
+    assert queue.connection.get(key) is None
+    live = f"memoryd-index.{HOST}.{os.getpid()}"
+    queue.connection.set(key, live, ex=61)
+    requeue_orphans(queue)
+    assert queue.connection.get(key) == live.encode()

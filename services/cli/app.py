@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 
-from memoryd.services.cli import pipeline, query, session, status
+from memoryd.services.cli import jobs, pipeline, query, session, status
 from memoryd.shared.config import load_settings
 from memoryd.shared.exceptions import ConfigError, MemorydError
 from memoryd.shared.redact import redact, redact_logs
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     pipeline.register(sub, common)
     status.register(sub, common)
+    jobs.register(sub, common)
     query.register(sub, common)
     session.register(sub, common)
     return parser

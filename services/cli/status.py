@@ -6,21 +6,22 @@ import argparse
 import json
 from typing import Any
 
-from rq import Queue
-from rq.job import Job
-from rq.registry import FailedJobRegistry, StartedJobRegistry
-
+from memoryd.services.cli.jobs import failed_listing
 from memoryd.shared import bus as busmod
-from memoryd.shared import providers, redis_server
+from memoryd.shared import jobs, providers, redis_server, sqlitedb
 from memoryd.shared.config import Settings
 from memoryd.shared.exceptions import IndexMissing, MemorydError
+from memoryd.shared.jobs import JobInfo
 from memoryd.shared.redact import redact
 from memoryd.shared.store import IndexReader
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("status", parents=[common], help="files, chunks, missing vectors and queues per agent")
+    p = sub.add_parser("status", parents=[common],
+                       help="files, chunks, missing vectors, queues and failing jobs per agent")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--failed", action="store_true",
+                   help="list the failed jobs (retries spent): id, agent, stage, error, when")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("doctor", parents=[common], help="check Redis, sqlite-vec, tokenizer and provider")
@@ -29,54 +30,44 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def index_counts(settings: Settings, agent_id: str) -> dict[str, Any] | None:
+    """The agent's index counts; None when it has no index yet; {"error": …} when it cannot be read."""
     try:
         reader = IndexReader(settings.index_path(agent_id))
     except IndexMissing:
         return None
+    except sqlitedb.driver().module.Error as exc:
+        return {"error": f"cannot read {settings.index_path(agent_id)}: {exc}"}
     try:
         return {**reader.counts(), "skipped": reader.skipped(), "embedder": reader.meta("embedder")}
     finally:
         reader.close()
 
 
-def _job_agent(job: Job) -> str | None:
-    """The agent a job works for: its events name it, other jobs take its id first."""
-    first = job.args[0] if job.args else None
-    if isinstance(first, list) and first:
-        try:
-            return json.loads(first[0]).get("agent")
-        except (TypeError, ValueError, AttributeError):
-            return None
-    return first if isinstance(first, str) else None
-
-
-def _queues(settings: Settings) -> tuple[dict[str, Any], dict[str, dict[str, dict[str, int]]]]:
-    """(totals per stage queue, the same counts per agent and queue)."""
+def _queues(settings: Settings) -> tuple[dict[str, Any], dict[str, dict[str, dict[str, int]]], list[JobInfo]]:
+    """(totals per stage, the same counts per agent and stage, every scheduled and failed job)."""
     url = redis_server.redis_url(settings)
     try:
         conn = redis_server.connect(url)
     except MemorydError as exc:
-        return {"error": str(exc)}, {}
+        return {"error": str(exc)}, {}, []
     bus = busmod.Bus(conn, settings)
     out: dict[str, Any] = {"watcher_last_reconcile": bus.last_reconciled(), "provider_errors": bus.provider_errors()}
     per_agent: dict[str, dict[str, dict[str, int]]] = {}
-    for stage, name in busmod.QUEUES.items():
-        queue = Queue(name, connection=conn)
-        groups = {"pending": queue.get_job_ids(), "started": StartedJobRegistry(queue=queue).get_job_ids(),
-                  "failed": FailedJobRegistry(queue=queue).get_job_ids()}
-        out[stage] = {state: len(ids) for state, ids in groups.items()}
-        for state, ids in groups.items():
-            for job in Job.fetch_many(ids, connection=conn):
-                agent = _job_agent(job) if job is not None else None
-                if agent:
-                    counts = per_agent.setdefault(agent, {}).setdefault(stage, dict.fromkeys(groups, 0))
-                    counts[state] += 1
-    return out, per_agent
+    for stage in busmod.STAGES:
+        out[stage] = dict.fromkeys(jobs.STATES, 0)
+    found = jobs.list_jobs(bus)
+    for job in found:
+        out[job.stage][job.state] += 1
+        if job.agent:
+            per_agent.setdefault(job.agent, {}).setdefault(job.stage, dict.fromkeys(jobs.STATES, 0))[job.state] += 1
+    return out, per_agent, [j for j in found if j.state in ("scheduled", "failed")]
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    queues, per_agent = _queues(settings)
-    idle = {stage: {"pending": 0, "started": 0, "failed": 0} for stage in busmod.QUEUES}
+    if args.failed:
+        return failed_listing(settings, as_json=args.json)
+    queues, per_agent, troubled = _queues(settings)
+    idle = {stage: dict.fromkeys(jobs.STATES, 0) for stage in busmod.STAGES}
     agents = {}
     for agent_id in settings.agent_ids():
         provider, model, embedder = providers.describe(settings.agent(agent_id).memory_search)
@@ -84,7 +75,9 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                             "index_path": str(settings.index_path(agent_id)),
                             "provider": provider, "model": model,
                             "index": index_counts(settings, agent_id),
-                            "queues": {**idle, **per_agent.get(agent_id, {})} if "error" not in queues else None}
+                            "queues": {**idle, **per_agent.get(agent_id, {})} if "error" not in queues else None,
+                            **{f"{state}_jobs": [j.as_dict() for j in troubled if j.agent == agent_id
+                                                 and j.state == state] for state in ("scheduled", "failed")}}
     print_result({"agents": agents, "queues": queues, "state_dir": str(settings.state_dir)}, args.json)
     return 0
 
@@ -98,7 +91,6 @@ def _check(name: str, probe: Any) -> dict[str, Any]:
 
 
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
-    from memoryd.shared import sqlitedb
     from memoryd.shared.chunking import encoding
 
     def redis_probe() -> str:

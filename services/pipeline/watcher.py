@@ -6,6 +6,13 @@ rename it over the original) arrive as a move onto a memory file and are seen as
 change. Symlinks are never followed. On start, and every ``reconcileSeconds`` (5 min),
 a reconcile compares every memory file's sha256 with what the index holds and emits
 the differences — inotify can silently miss events or run out of watches.
+
+The watcher follows the agent list while it runs: when the agent registry
+(``<stateDir>/agents.json``) or the config file changes, it starts watching new agents
+(and reconciles them) and stops watching removed ones. It outlives Redis: when an emit
+fails it waits for Redis with backoff and then reconciles every agent, so a change saved
+during the outage is emitted once Redis is back; and it notices a Redis that lost its
+data (restarted empty, ``FLUSHALL``) by a marker key it keeps there, and reconciles at once.
 """
 
 from __future__ import annotations
@@ -17,14 +24,21 @@ import threading
 import time
 from pathlib import Path
 
+import redis
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
+from watchdog.observers.api import ObservedWatch
 
 from memoryd.shared import defaults as d
+from memoryd.shared import registry
+from memoryd.shared.bootstrap import ensure_workspace
 from memoryd.shared.bus import Bus
-from memoryd.shared.config import Settings
+from memoryd.shared.config import Settings, load_settings
 from memoryd.shared.events import FileChanged, FileDeleted
+from memoryd.shared.exceptions import ConfigError
 from memoryd.shared.indexing import changed_event, indexed_hashes, skipped_event
+from memoryd.shared.redact import redact
+from memoryd.shared.redis_server import wait_for_redis
 from memoryd.shared.workspace import Workspace, is_utf8
 
 log = logging.getLogger("memoryd.watcher")
@@ -84,14 +98,14 @@ class AgentWatch(FileSystemEventHandler):
                 found.path not in self.emitted and found.path not in indexed_hashes(self.settings, self.agent_id)
             ):
                 return
-            self.emitted[found.path] = ""
             self.bus.emit("index", [FileDeleted(agent=self.agent_id, path=found.path,
                                                 seq=self.bus.next_seq(self.agent_id))])
+            self.emitted[found.path] = ""
             return
         if self.emitted.get(found.path) == event.sha256:
             return  # touched, not changed
-        self.emitted[found.path] = event.sha256
         self.bus.emit("chunk", [event])
+        self.emitted[found.path] = event.sha256
 
     def reconcile(self) -> tuple[int, int]:
         """Emit every file whose sha256 differs from the index, delete what is gone. → (changed, deleted)."""
@@ -123,43 +137,117 @@ class AgentWatch(FileSystemEventHandler):
         return len(changed), len(gone)
 
 
-def run(settings: Settings, bus: Bus, stop: threading.Event | None = None) -> None:
-    """Watch every configured agent until ``stop`` is set (or forever)."""
-    from memoryd.shared.bootstrap import ensure_workspace
+def _stamp(settings: Settings) -> tuple[object, ...]:
+    """What changes when the agent list may have: the registry's stamp, the config file's (inode, size, mtime)."""
+    try:
+        st = os.stat(settings.source_file) if settings.source_file else None
+    except FileNotFoundError:
+        st = None
+    return registry.stamp(settings.state_dir), (st.st_ino, st.st_size, st.st_mtime_ns) if st else None
 
-    stop = stop or threading.Event()
-    # watchdog adds inotify watches with os.walk, which recurses once per folder level
-    # here: a tree ~1,000 levels deep must not raise RecursionError in its threads.
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), d.WATCH_RECURSION_LIMIT))
-    observer = Observer()
-    watches: list[AgentWatch] = []
-    for agent_id in settings.agent_ids():
-        ensure_workspace(settings.agent(agent_id))
-        watch = AgentWatch(settings, agent_id, bus)
-        watches.append(watch)
-        if not settings.agent(agent_id).memory_search.sync.watch:
+
+class Watcher:
+    """Every agent's :class:`AgentWatch` on one observer, kept in step with the agent list."""
+
+    def __init__(self, settings: Settings, bus: Bus) -> None:
+        self.settings = settings
+        self.bus = bus
+        # watchdog adds inotify watches with os.walk, which recurses once per folder level
+        # here: a tree ~1,000 levels deep must not raise RecursionError in its threads.
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), d.WATCH_RECURSION_LIMIT))
+        self.observer = Observer()
+        self.watches: dict[str, AgentWatch] = {}
+        self.observed: dict[str, list[ObservedWatch]] = {}
+        self.next_reconcile: dict[str, float] = {}
+        self.stamp = _stamp(settings)
+        for agent_id in settings.agent_ids():
+            self.add(agent_id)
+
+    def add(self, agent_id: str) -> None:
+        agent = self.settings.agent(agent_id)
+        ensure_workspace(agent)
+        watch = self.watches[agent_id] = AgentWatch(self.settings, agent_id, self.bus)
+        self.next_reconcile[agent_id] = 0.0  # reconcile it at once
+        self.observed[agent_id] = []
+        if not agent.memory_search.sync.watch:
             log.warning("agent %s: sync.watch is off; only the periodic reconcile sees changes", agent_id)
-            continue
+            return
         for directory in watch.workspace.watch_dirs():
             if directory.is_dir():
-                observer.schedule(watch, str(directory), recursive=True)
+                self.observed[agent_id].append(self.observer.schedule(watch, str(directory), recursive=True))
             else:
                 log.warning("agent %s: %s does not exist; it is not watched", agent_id, directory)
-    observer.start()
+
+    def remove(self, agent_id: str) -> None:
+        for observed in self.observed.pop(agent_id, []):
+            self.observer.unschedule(observed)
+        del self.watches[agent_id], self.next_reconcile[agent_id]
+
+    def follow_agents(self) -> None:
+        """Reload the agent list if the registry or the config file changed; watch what is new."""
+        stamp = _stamp(self.settings)
+        if stamp == self.stamp:
+            return
+        self.stamp = stamp
+        try:
+            fresh = load_settings(self.settings.source_file, self.settings.state_dir)
+        except ConfigError as exc:
+            log.warning("agent list not reloaded (the running agents stay watched): %s", exc)
+            return
+        old, self.settings = self.settings, fresh
+        for agent_id in list(self.watches):
+            if agent_id not in fresh.agent_ids() or old.agent(agent_id) != fresh.agent(agent_id):
+                self.remove(agent_id)
+                log.warning("agent %s: no longer watched as it was (removed or changed)", agent_id)
+        for agent_id in fresh.agent_ids():
+            if agent_id not in self.watches:
+                self.add(agent_id)
+                log.warning("agent %s: now watched (%s)", agent_id, fresh.agent(agent_id).workspace)
+
+    def reconcile_all(self) -> None:
+        for agent_id in self.next_reconcile:
+            self.next_reconcile[agent_id] = 0.0
+
+    def tick(self) -> None:
+        """Reconcile the agents that are due, emit the files that have settled."""
+        now = time.monotonic()
+        for w in list(self.watches.values()):
+            if now >= self.next_reconcile[w.agent_id] or w.reconcile_wanted.is_set():
+                w.reconcile_wanted.clear()
+                w.reconcile()
+                self.next_reconcile[w.agent_id] = time.monotonic() + w.reconcile_every
+            for path in w.due():
+                w.settle(path)
+
+
+def run(settings: Settings, bus: Bus, stop: threading.Event | None = None) -> None:
+    """Watch every agent until ``stop`` is set (or forever), through agent changes and Redis outages."""
+    stop = stop or threading.Event()
+    watcher = Watcher(settings, bus)
+    watcher.observer.start()
+    next_check = {"agents": 0.0, "marker": 0.0}
     try:
-        next_reconcile = {w.agent_id: 0.0 for w in watches}
         while not stop.is_set():
-            now = time.monotonic()
-            for w in watches:
-                if now >= next_reconcile[w.agent_id] or w.reconcile_wanted.is_set():
-                    w.reconcile_wanted.clear()
-                    w.reconcile()
-                    next_reconcile[w.agent_id] = time.monotonic() + w.reconcile_every
-                for path in w.due():
-                    w.settle(path)
-            if not observer.is_alive():
+            try:
+                now = time.monotonic()
+                if now >= next_check["agents"]:
+                    watcher.follow_agents()
+                    next_check["agents"] = now + d.AGENT_RELOAD_SECONDS
+                if now >= next_check["marker"]:
+                    if bus.marker_gone():  # first start, or Redis lost its data: queued work is gone
+                        bus.plant_marker()
+                        watcher.reconcile_all()
+                    next_check["marker"] = now + d.REDIS_MARKER_SECONDS
+                watcher.tick()
+            except redis.RedisError as exc:
+                log.warning("watcher lost Redis (%s); what it sees meanwhile is reconciled once Redis is back",
+                            redact(str(exc)))
+                if not wait_for_redis(bus.conn, stop, who="watcher"):
+                    break
+                watcher.reconcile_all()
+            if not watcher.observer.is_alive():
                 raise RuntimeError("the file observer thread died; restart `memoryd watcher`")
             stop.wait(d.WATCH_TICK_SECONDS)
     finally:
-        observer.stop()
-        observer.join(timeout=5)
+        watcher.observer.stop()
+        watcher.observer.join(timeout=5)

