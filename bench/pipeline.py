@@ -7,7 +7,13 @@
   overhead) and with the cheap ``hash`` embedder (the same plus writing vectors), each
   next to the same work done in one process without Redis (``memoryd.shared.indexing``) in the
   same run: the ratio is the cost of the queues and processes;
-- embeddings on an unchanged re-scan (goal 0).
+- embeddings on an unchanged re-scan (goal 0);
+- ``index_local``: `memoryd index` of 300 notes with the local model and no workers running
+  (it works the stages itself, overlapped), its chunks/s against the same model encoding the
+  same chunk texts in this process (goal ≥ 0.8), and its peak resident memory, sampled with
+  psutil over the process and its children (goal ≤ 700 MB);
+- ``edits`` (bench/edits.py): chunks embedded and rows rewritten when one line of a 2,000-line
+  file is inserted, deleted or appended (goal: ≤ 2 chunks embedded).
 
 Everything runs against a private redis-server started for the run, in a temp dir.
 Usage: ``python bench/pipeline.py [--edits 20] [--files 200] [--local-files 12]``.
@@ -16,6 +22,7 @@ Usage: ``python bench/pipeline.py [--edits 20] [--files 200] [--local-files 12]`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -59,7 +66,8 @@ def _spawn(cfg: Path, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
 def _index(cfg: Path, agent: str, workspace: Path) -> dict:
     env = dict(os.environ, MEMORYD_CONFIG=str(cfg))
     out = subprocess.run([sys.executable, "-m", "memoryd.services.cli", "index", "--agent", agent, "--workspace",
-                          str(workspace), "--json"], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+                          str(workspace), "--wait", "--json"], env=env, cwd=ROOT, capture_output=True, text=True,
+                         check=True)
     return json.loads(out.stdout)
 
 
@@ -127,6 +135,52 @@ def bulk(tmp: Path, redis: str, provider: str, files: int, lines: int) -> dict:
 
 def latency(tmp: Path, redis: str, edits: int) -> dict:
     name = "latency"
+def _peak_rss(proc: subprocess.Popen[bytes]) -> int:
+    """Sample the resident memory of ``proc`` and its children until it exits; → the peak sum, bytes."""
+    import psutil
+
+    root, peak = psutil.Process(proc.pid), 0
+    while proc.poll() is None:
+        with contextlib.suppress(psutil.Error):  # it exited between the two calls
+            peak = max(peak, sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]))
+        time.sleep(0.05)
+    return peak
+
+
+def index_local(tmp: Path, redis: str, files: int, lines: int) -> dict:
+    """`memoryd index` of ``files`` notes with the local model and no workers running (it works the
+    stages itself), against the same model encoding the same chunk texts in this process."""
+    import resource
+
+    from memoryd.shared import providers
+    from memoryd.shared.chunking import Chunker
+
+    name = "index-local"
+    workspace = tmp / name
+    _write_corpus(workspace, files, lines)
+    cfg = _config(tmp, name, workspace, "local", 1500, redis)
+    env = dict(os.environ, MEMORYD_CONFIG=str(cfg))
+    proc = subprocess.Popen([sys.executable, "-m", "memoryd.services.cli", "index", "--agent", name, "--json"],
+                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    peak = _peak_rss(proc)
+    first = json.loads(proc.stdout.read() if proc.stdout else b"{}")
+    children_maxrss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # the largest child, bytes
+    settings = load_settings(cfg)
+    texts = [c.text for p in sorted((workspace / "memory").glob("*.md"))
+             for c in Chunker.from_settings(settings, name).chunk(p.read_text(encoding="utf-8"))]
+    model = providers.resolve(settings.agent(name).memory_search)[0]
+    model.embed_chunks(texts[:2])  # loaded and warm: only encoding is timed
+    start = time.monotonic()
+    model.embed_chunks(texts)
+    inline_rate = len(texts) / (time.monotonic() - start)
+    rate = first["chunks"] / first["seconds"]
+    return {"files": first["files"], "chunks": first["chunks"], "seconds": first["seconds"],
+            "chunks_per_s": round(rate, 2), "in_process_model_chunks_per_s": round(inline_rate, 2),
+            "end_to_end_vs_in_process": round(rate / inline_rate, 3),
+            "peak_rss_mb": round(peak / 2**20, 1), "max_rss_of_one_process_mb": round(children_maxrss / 2**20, 1),
+            "batch_windows": settings.agent(name).memory_search.local.batch_size}
+
+
     workspace = tmp / name
     _write_corpus(workspace, 5, 60)
     cfg = _config(tmp, name, workspace, "local", 1500, redis)
@@ -178,7 +232,8 @@ def main() -> None:
     parser.add_argument("--edits", type=int, default=20)
     parser.add_argument("--files", type=int, default=200, help="files for the no-op embedder run")
     parser.add_argument("--local-files", type=int, default=12, help="files for the local-model run")
-    parser.add_argument("--only", choices=["latency", "noop", "hash", "local"], help="run one part")
+    parser.add_argument("--index-files", type=int, default=300, help="notes for the `memoryd index` local-model run")
+    parser.add_argument("--only", choices=["latency", "noop", "hash", "local", "edits", "index"], help="run one part")
     args = parser.parse_args()
     parts = {
         "latency_local": ("latency", lambda tmp, url: latency(tmp, url, args.edits)),
@@ -187,6 +242,9 @@ def main() -> None:
         "bulk_local": ("local", lambda tmp, url: bulk(tmp, url, "local", args.local_files, 80)),
     }
     with tempfile.TemporaryDirectory() as d:
+        "index_local": ("index", lambda tmp, url: index_local(tmp, url, args.index_files, 8)),
+        # one line inserted, deleted or appended in a 2,000-line file: chunks embedded, rows rewritten
+        "edits": ("edits", lambda tmp, url: edits.measure(tmp, positions=20)),
         tmp = Path(d)
         redis = start_private_redis(tmp)
         try:

@@ -12,6 +12,7 @@ import subprocess
 from memoryd.shared.config import AgentConfig
 
 log = logging.getLogger("memoryd.bootstrap")
+from memoryd.shared.exceptions import MemorydError
 
 AGENTS_MD = """# AGENTS.md — how this agent works
 
@@ -49,7 +50,11 @@ def ensure_workspace(agent: AgentConfig) -> bool:
     ws = agent.workspace
     if ws.exists():
         return False
-    (ws / "memory").mkdir(parents=True)
+    try:
+        (ws / "memory").mkdir(parents=True)
+    except OSError as exc:
+        raise MemorydError(f"cannot create the workspace {ws} of agent {agent.id}: {exc.strerror}; fix the agent's "
+                           "workspace in the config (or --workspace), or create the folder yourself") from None
     for name, text in STANDARD_FILES.items():
         (ws / name).write_text(text, encoding="utf-8")
     git = shutil.which("git")

@@ -52,8 +52,10 @@ CANDIDATE_MULTIPLIER = 4
 WINDOW_PIECES = 256
 #: Word pieces shared by neighbouring windows, so a sentence cut by a window is whole in one.
 WINDOW_OVERLAP = 32
-#: Texts per ONNX run of the local model: bigger batches stop paying off on two cores.
-LOCAL_BATCH = 32
+#: Windows per ONNX run of the local model. ONNX's memory arena keeps the peak of the biggest
+#: run, which grows with batch × width²: 32 windows of 256 pieces held ~550 MB more than
+#: none, 8 hold ~130 MB and embed as fast (measured on two cores, bench/pipeline.py).
+LOCAL_BATCH = 8
 #: ONNX threads of the query service's model (workers always use one): a short query embeds
 #: in 4.8 ms on two threads against 6.5 ms on one, and without spin-waiting the second
 #: thread costs nothing when the workers need the core.
@@ -149,3 +151,38 @@ RESTART_DELAY_SECONDS = 1.0
 HOST = "127.0.0.1"
 PORT = 8765
 STATE_DIR = "~/.memoryd"
+
+# --- many agents on one box ---------------------------------------------------------------
+#: Memory the query service may keep in open agent indexes (vector matrices, keyword state,
+#: SQLite caches) before it closes the least recently used: 100 agents × 2,000 chunks of
+#: 384-d vectors are 300 MB, more than a small shared box should hold for idle agents.
+QUERY_CACHE_MEGABYTES = 256
+#: Agent indexes the query service keeps open at once (two file descriptors each, WAL and
+#: index): far under the usual 1,024-descriptor limit, however many agents there are.
+QUERY_MAX_OPEN_INDEXES = 64
+#: Per-agent objects (index writers, readers) a worker process keeps: the busy agents' stay
+#: open, an idle agent's are closed; without a bound 1,000 agents would mean 1,000 open files.
+WORKER_MEMO_ENTRIES = 32
+#: Files per second one agent's watcher may put on the edit lane (a burst of this many at
+#: once): a person or an agent edits a few files a second; more is an import or a copy,
+#: which goes on the bulk lane so it cannot delay another agent's edit.
+EDIT_LANE_FILES_PER_SECOND = 8.0
+
+# --- `memoryd index` -----------------------------------------------------------------------
+#: How often `memoryd index` reads its run's counters: a live bar without loading Redis.
+INDEX_POLL_SECONDS = 0.1
+#: How often it scans the failed and scheduled jobs (a read of every such job) and promotes retries.
+INDEX_CHECK_SECONDS = 1.0
+#: Added to a job's timeout and the retry backoff: a run that moved for none of it is stuck.
+INDEX_STALL_MARGIN_SECONDS = 60.0
+#: How long `memoryd index` lets its stage threads finish the job in hand when it stops.
+INDEX_STOP_SECONDS = 10.0
+#: A `memoryd index` run is shown by `memoryd status` until done, or for a day (its counters' lifetime).
+INDEX_RUN_TTL_SECONDS = 24 * 3600
+#: How long a service started without a configured Redis waits for `memoryd redis` (the Procfile
+#: starts both at once) to note its Redis before it tries 127.0.0.1:6379.
+REDIS_NOTE_WAIT_SECONDS = 10.0
+#: How long `memoryd up` waits for its HTTP service to listen before it says it does not.
+UP_READY_SECONDS = 60.0
+#: A progress line every this many seconds when stderr is not a terminal (a log, a pipe).
+PROGRESS_LINE_SECONDS = 2.0

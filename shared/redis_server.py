@@ -44,7 +44,7 @@ def connect(url: str) -> redis.Redis:
         conn.ping()
     except redis.RedisError as exc:
         raise RedisUnavailable(
-            f"cannot reach Redis at {redact(url)}: {redact(str(exc))}. Start redis-server, set REDIS_URL, "
+            f"cannot reach Redis at {redact(url)}: {redact(str(exc)).rstrip('. ')}. Start redis-server, set REDIS_URL, "
             "or run `memoryd up` without REDIS_URL to get a private one"
         ) from None
     return conn

@@ -89,6 +89,7 @@ def test_every_event_type_is_in_events_md() -> None:
         assert f"`{type_name}`" in doc, f"{type_name} is not documented in docs/events.md"
 
 
-def test_procfile_has_one_line_per_service_of_memoryd_up() -> None:
+def test_procfile_has_one_line_per_service_of_memoryd_up_and_a_redis_line() -> None:
     lines = dict(line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines() if line.strip())
+    assert lines.pop("redis") == "memoryd redis"  # what `memoryd up` starts itself when no Redis is configured
     assert {name: f"memoryd {' '.join(argv)}" for name, argv in services(http=True).items()} == lines

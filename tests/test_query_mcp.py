@@ -54,7 +54,11 @@ async def round_trip(client: Client, workspace: Path) -> None:
     assert read.structured_content["text"] == "\n".join(lines[top["startLine"] - 1:top["startLine"] + 1])
 
     refused = await client.call_tool("memory_get", {"path": "../../etc/passwd.md"})
-    assert refused.is_error and "path_refused" in refused.content[0].text
+    assert refused.is_error and refused.content[0].text.startswith("path_refused: ")
+    invalid = await client.call_tool("memory_search", {"query": "E-404", "maxResults": 1000})
+    text = invalid.content[0].text
+    assert invalid.is_error and text.startswith("bad_request: maxResults: "), text
+    assert "pydantic" not in text and "http" not in text  # no raw pydantic text, no link
 
 
 def test_stdio_round_trip(settings: Settings) -> None:

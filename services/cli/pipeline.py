@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
+import threading
 import time
-import uuid
-from pathlib import Path
 
-from rq import SimpleWorker
+import redis
 
-from memoryd.services.cli.status import index_counts, print_result
 from memoryd.shared import bus as busmod
 from memoryd.shared import defaults as d
 from memoryd.shared import redis_server
-from memoryd.shared.config import Settings, register_agent
-from memoryd.shared.events import FileDeleted
+from memoryd.shared.config import Settings
 from memoryd.shared.exceptions import MemorydError
-from memoryd.shared.worker import run_worker, set_context, worker_name
+from memoryd.shared.redact import redact
+from memoryd.shared.worker import run_worker, set_context
 
 STAGES = ("chunk", "embed", "index", "session")
 
@@ -26,6 +26,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = sub.add_parser("up", parents=[common], help="run every service in the foreground (Ctrl-C stops all)")
     p.add_argument("--no-http", action="store_true", help="do not start the HTTP query service")
     p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("redis", parents=[common],
+                       help="run a private Redis for this state dir in the foreground (the Procfile's redis line)",
+                       description="Run a private Redis for this state dir in the foreground, noted in "
+                       "<state>/redis/url so the services started without a configured Redis use it (the "
+                       "Procfile's `redis` line). With a Redis configured it notes that one instead and only waits, "
+                       "so `honcho start` keeps the other services.")
+    p.set_defaults(func=cmd_redis)
 
     p = sub.add_parser("watcher", parents=[common], help="run the watcher service (file changes → events)")
     p.set_defaults(func=cmd_watcher)
@@ -36,10 +44,18 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("index", parents=[common],
-                       help="push every memory file of a workspace through the pipeline and wait")
+                       help="push every memory file of a workspace through the pipeline and wait",
+                       description="Push every memory file of an agent's workspace through the pipeline. Without "
+                       "running workers this process works the stages (with a live progress bar on a terminal); "
+                       "with running workers (`memoryd up`) it queues the files and returns, or follows them "
+                       "with --wait. It exits non-zero naming the job as soon as one fails for good.")
     p.add_argument("--agent", default="main", help="agent id (registered with --workspace if new)")
     p.add_argument("--workspace", help="the agent's workspace folder (registers or moves the agent)")
-    p.add_argument("--wait", action="store_true", help="wait until the pipeline has drained (always on)")
+    p.add_argument("--wait", action="store_true",
+                   help="when running workers take the files (`memoryd up`), follow them until indexed instead "
+                        "of returning once queued (without running workers the command always waits)")
+    p.add_argument("--create", action="store_true",
+                   help="create the workspace if it does not exist (standard files, memory/, git init)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=cmd_index)
 
@@ -50,16 +66,72 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     return supervise(settings, http=not args.no_http)
 
 
+def _log_jobs() -> None:
+    """A service logs one INFO line per job (or reconcile) to stderr; other commands stay quiet."""
+    logging.getLogger("memoryd").setLevel(logging.INFO)
+
+
+def service_redis(settings: Settings, who: str) -> redis.Redis:
+    """The Redis of a long-running service, said on stderr: the configured one; else the one noted
+    in the state dir (by `memoryd up` or `memoryd redis`, waited for REDIS_NOTE_WAIT_SECONDS: the
+    Procfile starts them together); else one answering on 127.0.0.1:6379."""
+    if settings.memoryd.redis_url:
+        url, why = settings.memoryd.redis_url, "configured"
+    else:
+        noted = settings.state_dir / redis_server.PRIVATE_URL_FILE
+        deadline = time.monotonic() + d.REDIS_NOTE_WAIT_SECONDS
+        url, why = d.DEFAULT_REDIS_URL, f"none configured and none noted in {noted}: the default"
+        while time.monotonic() < deadline:
+            found = noted.read_text(encoding="utf-8").strip() if noted.exists() else ""
+            if found and redis_server.answers(found):
+                url, why = found, f"noted in {noted}"
+                break
+            time.sleep(0.1)
+    conn = redis_server.connect(url)
+    print(f"memoryd {who}: Redis {redact(url)} ({why})", file=sys.stderr, flush=True)
+    return conn
+
+
+def cmd_redis(args: argparse.Namespace, settings: Settings) -> int:
+    noted = settings.state_dir / redis_server.PRIVATE_URL_FILE
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    existing = settings.memoryd.redis_url
+    if existing:
+        redis_server.connect(existing)
+        noted.parent.mkdir(parents=True, exist_ok=True)
+        noted.write_text(existing, encoding="utf-8")
+        print(f"memoryd redis: using the configured {redact(existing)}; nothing to start", flush=True)
+        try:
+            stop.wait()
+        finally:
+            noted.unlink(missing_ok=True)
+        return 0
+    private = redis_server.start_private_redis(settings.state_dir)
+    print(f"memoryd redis: private Redis at {private.url} ({private.binary}); ready", flush=True)
+    try:
+        while not stop.wait(1.0):
+            if private.process.poll() is not None:
+                raise MemorydError(f"the private redis-server exited with {private.process.returncode}; see "
+                                   f"{settings.state_dir / 'redis' / 'redis.log'}")
+    finally:
+        private.stop()
+    return 0
+
+
 def cmd_watcher(args: argparse.Namespace, settings: Settings) -> int:
     from memoryd.services.pipeline import watcher
 
-    conn = redis_server.connect(redis_server.redis_url(settings))
+    _log_jobs()
+    conn = service_redis(settings, "watcher")
     watcher.run(settings, busmod.Bus(conn, settings))
     return 0
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    conn = redis_server.connect(redis_server.redis_url(settings))
+    _log_jobs()
+    conn = service_redis(settings, f"worker {args.stage}")
     if args.stage == "session":
         from memoryd.services.session import service as session
 
@@ -73,84 +145,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-class _Progress:
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.tty = sys.stderr.isatty()
-
-    def show(self, done: int) -> None:
-        if not self.tty or not self.total:
-            return
-        width = 30
-        filled = int(width * done / self.total)
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} files")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.tty and self.total:
-            sys.stderr.write("\n")
-
-
 def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
-    from memoryd.shared.bootstrap import ensure_workspace
-    from memoryd.shared.indexing import changed_event, indexed_hashes, skipped_event
-    from memoryd.shared.workspace import Workspace
+    from memoryd.services.cli.index import cmd_index as run_index
 
-    if args.workspace:
-        workspace = Path(args.workspace).expanduser()
-        if not workspace.is_dir():
-            raise MemorydError(f"workspace {workspace} is not a folder; create it or fix --workspace")
-        settings = register_agent(settings, args.agent, workspace)
-    agent = settings.agent(args.agent)
-    ensure_workspace(agent)
-    started = time.monotonic()
-    url, private = redis_server.ensure_redis(settings)
-    try:
-        conn = redis_server.connect(url)
-        bus = busmod.Bus(conn, settings)
-        set_context(settings, conn)
-        run = uuid.uuid4().hex
-        survey = Workspace(agent).survey()  # files, and what is skipped (names not UTF-8, too deep)
-        files = survey.files
-        events = [e for f in files if (e := changed_event(bus, agent.id, f, origin="index", run=run))]
-        skipped = [skipped_event(agent.id, s, bus.next_seq(agent.id), run) for s in survey.skipped]
-        gone = sorted(set(indexed_hashes(settings, agent.id)) - {f.path for f in files}
-                      - {s.path for s in survey.skipped})
-        for start in range(0, len(events), d.FILES_PER_CHUNK_JOB):
-            bus.emit("chunk", events[start:start + d.FILES_PER_CHUNK_JOB])
-        bus.emit("index", [*skipped, *(FileDeleted(agent=agent.id, path=p, seq=bus.next_seq(agent.id), run=run,
-                                                   origin="index") for p in gone)])
-        total = len(events) + len(gone) + len(skipped)
-        progress = _Progress(total)
-        while (done := bus.run_counts(run).get("files_done", 0)) < total:
-            progress.show(done)
-            worked = False
-            for stage in ("chunk", "embed", "index"):
-                queue = bus.queues[stage]
-                if queue.count:
-                    SimpleWorker([queue], connection=conn, name=worker_name(stage)).work(
-                        burst=True, logging_level="WARNING")
-                    worked = True
-            if not worked:
-                time.sleep(0.05)  # another worker holds the job: wait for it
-        progress.show(total)
-        progress.close()
-        counts = bus.run_counts(run)
-    finally:
-        if private:
-            private.stop()
-    result = {
-        "agent": agent.id,
-        "workspace": str(agent.workspace),
-        "files": len(events),
-        "files_deleted": counts.get("files_deleted", 0),
-        "files_skipped": counts.get("files_skipped", 0),
-        "chunks": counts.get("chunks", 0),
-        "chunks_embedded": counts.get("chunks_embedded", 0),
-        "chunks_cached": counts.get("chunks_cached", 0),
-        "index": index_counts(settings, agent.id),
-        "seconds": round(time.monotonic() - started, 3),
-        "redis": "private" if private else url,
-    }
-    print_result(result, args.json)
-    return 0
+    return run_index(args, settings)

@@ -93,8 +93,22 @@ def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
     done = _sessions(settings).compact(args.agent, args.session, manual=True, focus=args.focus)
     result = {"compacted": done is not None, **(done or {})}
     text = (f"compacted: {done['tokensBefore']} → {done['tokensAfter']} tokens "
-            f"({done['summarised']} turns summarised, {done['kept']} kept)" if done else "nothing to compact")
+            f"({done['summarised']} turns summarised, {done['kept']} kept)" if done else
+            _why_nothing_to_compact(settings, args))
     return _print(args, result, text)
+
+
+def _why_nothing_to_compact(settings: Settings, args: argparse.Namespace) -> str:
+    """Compaction keeps the most recent turns verbatim: a session that fits in them has nothing older."""
+    from memoryd.services.session.policy import KEEP_SHARE, Thresholds
+
+    agent = settings.agent(args.agent)
+    keep = min(agent.compaction.keep_recent_tokens, int(Thresholds.of(agent).base * KEEP_SHARE))
+    tokens = context_json(_sessions(settings).context(args.agent, args.session))["sessionTokens"]
+    return (f"nothing to compact: the session's {tokens} tokens fit in the recent turns kept verbatim ({keep} "
+            f"tokens: compaction.keepRecentTokens = {agent.compaction.keep_recent_tokens}, at most half of the "
+            f"{Thresholds.of(agent).base} tokens at which a flush or compaction starts); lower keepRecentTokens to compact "
+            "shorter sessions")
 
 
 def _end(args: argparse.Namespace, settings: Settings, reason: str) -> int:

@@ -75,10 +75,19 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                             "index_path": str(settings.index_path(agent_id)),
                             "provider": provider, "model": model,
                             "index": index_counts(settings, agent_id),
+                            "workspace_missing": not settings.agent(agent_id).workspace.is_dir(),
                             "queues": {**idle, **per_agent.get(agent_id, {})} if "error" not in queues else None,
                             **{f"{state}_jobs": [j.as_dict() for j in troubled if j.agent == agent_id
                                                  and j.state == state] for state in ("scheduled", "failed")}}
-    print_result({"agents": agents, "queues": queues, "state_dir": str(settings.state_dir)}, args.json)
+    from memoryd.services.cli.render import config_choice, redis_choice, render_status
+
+    data = {"agents": agents, "queues": queues, "state_dir": str(settings.state_dir),
+            "config": config_choice(settings), "redis": redis_choice(settings),
+            "index_runs": _index_runs(settings) if "error" not in queues else []}
+    if args.json:
+        print_result(data, True)
+    else:
+        render_status(data)
     return 0
 
 
@@ -86,6 +95,13 @@ def _check(name: str, probe: Any) -> dict[str, Any]:
     try:
         return {"check": name, "ok": True, "detail": redact(str(probe()))}
     except Exception as exc:
+def _index_runs(settings: Settings) -> list[dict[str, Any]]:
+    """The `memoryd index` runs in progress, with the counts their progress bar shows."""
+    from memoryd.services.cli.index import active_runs
+
+    return active_runs(busmod.Bus(redis_server.connect(redis_server.redis_url(settings)), settings))
+
+
         fix = getattr(exc, "args", [""])[0] if isinstance(exc, MemorydError) else f"{exc.__class__.__name__}: {exc}"
         return {"check": name, "ok": False, "detail": redact(str(fix))}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,7 +19,9 @@ from memoryd.shared import defaults as d
 from memoryd.shared import redis_server
 from memoryd.shared.bootstrap import ensure_workspace
 from memoryd.shared.config import Settings
+from memoryd.shared.exceptions import MemorydError
 from memoryd.shared.redact import redact
+from memoryd.shared.running import forget_up, note_up
 
 
 def services(http: bool) -> dict[str, list[str]]:
@@ -44,10 +47,27 @@ class Child:
     restart_at: float = field(default=0.0)
 
 
+def _port_busy(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex((host, port)) == 0
+
+
 def supervise(settings: Settings, *, http: bool = True) -> int:
     for agent_id in settings.agent_ids():
-        ensure_workspace(settings.agent(agent_id))
+        agent = settings.agent(agent_id)
+        if ensure_workspace(agent):
+            print(f"memoryd: created a new workspace for agent {agent_id} at {agent.workspace} "
+                  "(standard files, memory/, git init)", flush=True)
+    server = settings.memoryd.server
+    api = f"http://{f'[{server.host}]' if ':' in server.host else server.host}:{server.port}"
+    if http and _port_busy(server.host, server.port):
+        raise MemorydError(f"port {server.port} on {server.host} is in use (another memoryd up or serve?): stop "
+                           "it, or choose another with memoryd.server.port / $MEMORYD_PORT, or run with --no-http")
     url, private = redis_server.ensure_redis(settings)
+    note_up(settings.state_dir, settings.source_file)
+    print(f"memoryd: config {settings.source_file or 'none (defaults and environment)'}; state {settings.state_dir}; "
+          f"Redis {redact(url)}", flush=True)
     env = dict(os.environ, REDIS_URL=url, MEMORYD_STATE_DIR=str(settings.state_dir))
     if settings.source_file:
         env["MEMORYD_CONFIG"] = settings.source_file
@@ -57,6 +77,7 @@ def supervise(settings: Settings, *, http: bool = True) -> int:
     base = [sys.executable, "-m", "memoryd.services.cli"]
     children = [Child(name, base + argv) for name, argv in services(http).items()]
     stopping = False
+    ready_at: float | None = time.monotonic() + d.UP_READY_SECONDS
 
     def stop(*_: object) -> None:
         nonlocal stopping
@@ -77,8 +98,18 @@ def supervise(settings: Settings, *, http: bool = True) -> int:
                     child.process = None
                     child.restart_at = now + child.delay
                     child.delay = min(child.delay * 2, 60.0)
+            if ready_at is not None and (not http or _port_busy(server.host, server.port)):
+                ready_at = None
+                said = f"HTTP API at {api} (docs at {api}/docs)" if http else "no HTTP service (--no-http)"
+                print(f"memoryd: ready — {said}; MCP: `memoryd mcp --agent ID`; `memoryd status` shows the "
+                      "queues; Ctrl-C stops", flush=True)
+            elif ready_at is not None and time.monotonic() > ready_at:
+                ready_at = None
+                print(f"memoryd: the HTTP service is not listening at {api} after {d.UP_READY_SECONDS:.0f}s; "
+                      "see its messages above", flush=True)
             time.sleep(0.2)
     finally:
+        forget_up(settings.state_dir)
         for child in children:
             if child.process and child.process.poll() is None:
                 child.process.terminate()

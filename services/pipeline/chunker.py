@@ -7,9 +7,13 @@ chunk texts travel in the event, so the later stages and a replay never need the
 
 from __future__ import annotations
 
+import logging
+
 from memoryd.shared.chunking import chunk_file
 from memoryd.shared.events import FileChanged, FileChunked, FileDeleted, FileSkipped, parse_event
 from memoryd.shared.worker import context
+
+log = logging.getLogger("memoryd.chunker")
 
 
 def chunk_job(events: list[str]) -> int:
@@ -26,4 +30,11 @@ def chunk_job(events: list[str]) -> int:
         (chunked if isinstance(result, FileChunked) else direct).append(result)
     ctx.bus.emit("embed", chunked)
     ctx.bus.emit("index", direct)
+    runs: dict[str | None, int] = {}
+    for c in chunked:
+        runs[c.run] = runs.get(c.run, 0) + len(c.chunks)
+    for run, found in runs.items():
+        ctx.bus.count(run, chunks_found=found)  # `memoryd index` shows how many chunks are to embed
+    log.info("chunked %d files into %d chunks; %d skipped or gone (agents %s)", len(chunked),
+             sum(runs.values()), len(direct), ", ".join(sorted({e.agent for e in [*chunked, *direct]})))
     return len(chunked)

@@ -36,6 +36,9 @@ def embed_job(events: list[str]) -> int:
     for r in results:
         ctx.bus.count(r.run, chunks_embedded=r.embedded, chunks_cached=r.cached)
     ctx.bus.emit("index", results)
+    log.info("embedded %d chunks, %d from the cache, of %d files (agents %s)%s", sum(r.embedded for r in results),
+             sum(r.cached for r in results), len(results), ", ".join(sorted({r.agent for r in results})),
+             "".join(sorted({f"; {r.error}" for r in results if r.error})))
     return sum(r.embedded for r in results)
 
 

@@ -69,3 +69,9 @@ def fill_job(events: list[str]) -> int:
         apply(_writer(ctx, event.agent), event)
     _finish(ctx, agents, [])
     return len(events)
+    actions: dict[str, int] = {}
+    for a in applied:
+        actions[a.action] = actions.get(a.action, 0) + 1
+    log.info("applied %d events (%s; %d chunks) to agents %s", len(events),
+             ", ".join(f"{n} {action}" for action, n in sorted(actions.items())) or "nothing new",
+             sum(a.chunks for a in applied), ", ".join(sorted(agents)))

@@ -224,7 +224,7 @@ class QueryService:
         vector_side = vectors.query is not None
         answered = "hybrid" if vector_side and text_side else ("vector-only" if vector_side else "keyword-only")
         return SearchResponse(results=results, provider=provider_name, model=model, mode=answered,
-                              fusion=mode, reason=vectors.reason)
+                              fusion=mode, reason=vectors.reason, warning=gone)
 
     def _in_snapshot(self, index: AgentIndex, s: _Search, embedding: Future[Embedded] | Vectors,
                      late: _Late | None) -> tuple[list[SearchResult], Vectors, bool] | _Late:
@@ -271,6 +271,9 @@ class QueryService:
             if mode == "weighted":
                 c.fused = fusion.weighted(c, hybrid.vector_weight if vector_side else 0.0,
                                           hybrid.text_weight if text_side else 0.0,
+        gone = None if agent.workspace.is_dir() else (
+            f"agent {agent_id}'s workspace {agent.workspace} does not exist: these results come from its index, "
+            "and their files may be gone; fix the agent's workspace or restore the folder")
                                           query_keyword.squash_bm25(c.bm25))
             else:
                 c.fused = fusion.calibrated_rrf(c, sides)

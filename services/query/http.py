@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
+from pydantic import BaseModel, Field
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import AgentsResponse, GetRequest, GetResponse, SearchRequest, SearchResponse, dump
@@ -35,7 +38,35 @@ def error_body(code: str, message: str) -> dict:
 
 
 def query_router(service: QueryService) -> APIRouter:
-    router = APIRouter(prefix="/v1", tags=["memory"])
+    router = APIRouter(prefix="/v1", tags=["memory"], responses=ERRORS)
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable machine-readable name, e.g. unknown_agent, path_refused, bad_request")
+    message: str = Field(description="What is wrong, with the identifiers and the fix")
+
+
+class ErrorBody(BaseModel):
+    """Every error answer of the API."""
+
+    error: ErrorDetail
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"model": ErrorBody, "description": description}
+
+
+#: The error answers every /v1 route may give, documented in the OpenAPI schema (FastAPI's
+#: default 422 body is replaced: validation errors have the same shape as the others).
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: _error("bad_request / invalid_config: the request or the configuration is not valid"),
+    401: _error("unauthorized: a bearer token is required, or the one sent is not valid"),
+    403: _error("forbidden / path_refused: the token is for another agent, or the path is outside memory"),
+    404: _error("unknown_agent / not_found / index_missing: no such agent, file or index"),
+    422: _error("bad_request: a field of the request is missing or out of range (`field: problem; …`)"),
+    502: _error("provider_error / quota_exhausted: the embedding provider failed"),
+    503: _error("redis_unavailable / busy: a service memoryd needs is not reachable now; try again"),
+}
+
+
 
     @router.post("/agents/{agent}/memory_search", response_model=SearchResponse, response_model_exclude_none=True,
                  summary="Search the agent's memory (vector + keyword, fused)")
@@ -63,7 +94,9 @@ def create_app(settings: Settings, routers: Sequence[APIRouter] = (), service: Q
         yield
         service.close()
 
-    app = FastAPI(title="memoryd", version=API_VERSION, lifespan=lifespan,
+    # FastAPIOffline: /docs and /redoc load Swagger UI and ReDoc from the fastapi-offline package,
+    # not from a CDN, so they work offline.
+    app = FastAPIOffline(title="memoryd", version=API_VERSION, lifespan=lifespan,
                   description="Agent memory: memory_search and memory_get over each agent's Markdown memory.")
     app.state.query = service
 
@@ -81,5 +114,5 @@ def create_app(settings: Settings, routers: Sequence[APIRouter] = (), service: Q
 
     app.include_router(query_router(service))
     for router in routers:
-        app.include_router(router)
+        app.include_router(router, responses=ERRORS)
     return app

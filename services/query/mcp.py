@@ -15,7 +15,7 @@ import inspect
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from pydantic import Field, ValidationError
 
 from memoryd.services.query.engine import QueryService
@@ -49,7 +49,26 @@ def _call(func: Any, model: type, **arguments: Any) -> dict[str, Any]:
 def build_server(settings: Settings, agent_id: str, service: QueryService | None = None) -> MCPServer:
     service = service or QueryService(settings)
     query = settings.agent(agent_id).memory_search.query  # unknown agent → UnknownAgent, before serving
-    server = MCPServer(name="memoryd", instructions=INSTRUCTIONS)
+class _Server(MCPServer):
+    """The SDK's server, with tool errors as documented: ``<code>: <message>``. The SDK words a
+    failed call ``Error executing tool NAME: …`` and argument validation as raw pydantic text
+    with a link; here the first is our own ToolError's text and the second ``bad_request: …``."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                raise ToolError(f"bad_request: {validation_problems(cause)}") from cause
+            if isinstance(cause, ToolError):
+                raise cause from cause.__cause__
+            raise
+
+
+    server = _Server(name="memoryd", instructions=INSTRUCTIONS)
 
     def memory_search(
         query: Annotated[str, Field(description="What to recall, in natural language or exact words")],

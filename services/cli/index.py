@@ -1,0 +1,307 @@
+"""``memoryd index``: push every memory file of a workspace through the pipeline and follow it.
+
+The files go on the stages' bulk lanes as one *run* (its id is on every event, and the
+stages count the run's progress in Redis). Who works them:
+
+- **running workers** (``memoryd up``, the Procfile, compose) of every stage: without
+  ``--wait`` the command queues the run and returns; with it, it follows the run;
+- otherwise **this process**: one thread per stage, each an RQ worker of that stage's
+  lanes, so chunking, embedding and writing overlap and the embedder (the slow stage
+  with the local model) never waits for a whole stage to drain. One model instance.
+
+Following never waits forever: a job of the run that failed for good (its retries
+spent) ends the command at once, naming the job and its error; jobs waiting for a retry
+show as "retrying"; and a run that makes no progress for a job timeout plus the retry
+backoff ends it, naming what it waited for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+from rq import SimpleWorker
+from rq.timeouts import TimerDeathPenalty
+
+from memoryd.services.cli.progress import Counts, IndexProgress, mode_for
+from memoryd.services.cli.status import index_counts, print_result
+from memoryd.services.cli.text import plural
+from memoryd.shared import bus as busmod
+from memoryd.shared import defaults as d
+from memoryd.shared import jobs, providers, redis_server
+from memoryd.shared.agents import register_agent
+from memoryd.shared.config import AgentConfig, Settings
+from memoryd.shared.events import FileDeleted
+from memoryd.shared.exceptions import MemorydError
+from memoryd.shared.redact import redact
+from memoryd.shared.worker import HOST, StageWorker, context, set_context, worker_name
+
+PIPELINE = ("chunk", "embed", "index")
+
+
+class IndexFailed(MemorydError):
+    code = "index_failed"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def live_stages(bus: busmod.Bus) -> set[str]:
+    """The pipeline stages that have a registered worker which is not known to be dead."""
+    found = set()
+    for stage in PIPELINE:
+        for worker in SimpleWorker.all(queue=bus.queues[stage]):
+            here = worker.hostname == HOST and bool(worker.pid)
+            if here and (worker.pid == os.getpid() or not _pid_alive(worker.pid)):
+                continue  # this process's own thread, or a worker of this host killed without a goodbye
+            found.add(stage)
+    return found
+
+
+class _ThreadWorker(StageWorker):
+    """A stage's RQ worker on a thread of ``memoryd index``: signals stay with the main
+    thread, and a job's timeout is a timer instead of SIGALRM (main thread only)."""
+
+    death_penalty_class = TimerDeathPenalty
+
+    def _install_signal_handlers(self) -> None:
+        return None
+
+
+class LocalStages:
+    """One thread per pipeline stage working its lanes, plus the retry scheduler's duty."""
+
+    def __init__(self, bus: busmod.Bus, agent: str) -> None:
+        self.bus = bus
+        self.agent = agent
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+        self.threads = [threading.Thread(target=self._work, args=(stage,), name=f"memoryd-{stage}", daemon=True)
+                        for stage in PIPELINE]
+        queues = [q for stage in PIPELINE for q in bus.lanes(stage)]
+        self.retries = jobs.RetryScheduler(queues, f"{worker_name('index')}.retries")
+
+    def start(self) -> LocalStages:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def _work(self, stage: str) -> None:
+        lanes = self.bus.lanes(stage)
+        if stage == "embed":  # load the model while the chunker reads the first files
+            from memoryd.shared.embedding import chain_for
+
+            with contextlib.suppress(MemorydError):  # the first job meets the same error and reports it
+                chain_for(context(), self.agent)
+        while not self.stop.is_set():
+            try:
+                worker = _ThreadWorker(lanes, connection=self.bus.conn, name=worker_name(stage),
+                                       exception_handlers=[jobs.note_error])
+                # idle for a second: the loop ends, and a stop request is seen
+                worker.work(burst=False, max_idle_time=1, logging_level="CRITICAL")  # failures: see follow()
+            except redis.RedisError as exc:
+                self.errors.append(f"the {stage} stage lost Redis: {redact(str(exc))}")
+                return
+
+    def promote_retries(self) -> None:
+        self.retries.promote()
+
+    def close(self) -> None:
+        self.stop.set()
+        deadline = time.monotonic() + d.INDEX_STOP_SECONDS
+        for thread in self.threads:
+            thread.join(timeout=max(deadline - time.monotonic(), 0.1))
+        with contextlib.suppress(redis.RedisError):  # the lock expires by itself; Redis is gone anyway
+            self.retries.release()
+
+
+def _workspace(args: argparse.Namespace, settings: Settings) -> tuple[Settings, AgentConfig]:
+    """The agent to index: registered (or moved) with ``--workspace``; a missing workspace is
+    created only with ``--create`` (a mistyped path must not become a new workspace)."""
+    from memoryd.shared.bootstrap import ensure_workspace
+
+    if args.workspace:
+        workspace = Path(args.workspace).expanduser()
+        if workspace.exists() and not workspace.is_dir():
+            raise MemorydError(f"workspace {workspace} is a file, not a folder; fix --workspace")
+        if not workspace.exists() and not args.create:
+            raise MemorydError(f"workspace {workspace} does not exist: check the path, or add --create to make a "
+                               "new workspace there (standard files, memory/, git init)")
+        settings = register_agent(settings, args.agent, workspace.absolute())
+    agent = settings.agent(args.agent)
+    if not agent.workspace.exists():
+        if not args.create:
+            raise MemorydError(f"agent {agent.id}'s workspace {agent.workspace} does not exist: fix the agent's "
+                               "workspace, or add --create to make a new one there (standard files, git init)")
+        ensure_workspace(agent)
+        print(f"memoryd: created a new workspace for agent {agent.id} at {agent.workspace} "
+              "(standard files, memory/, git init)", file=sys.stderr)
+    return settings, agent
+
+
+def no_memory_hint(agent: AgentConfig) -> str:
+    extra = ", ".join(p.path for p in agent.extra_paths) or "none"
+    return (f"no memory files in {agent.workspace}: memoryd indexes MEMORY.md, memory.md and memory/**/*.md there, "
+            f"and *.md under each extraPath (now: {extra}). Move notes into memory/, or add their folder to "
+            "agents.defaults.memorySearch.extraPaths (or agents.list[].extraPaths) in the config file")
+
+
+def _queue_run(bus: busmod.Bus, settings: Settings, agent: AgentConfig, run: str) -> tuple[int, int]:
+    """Emit the run's events; → (files to chunk, files queued in all)."""
+    from memoryd.shared.indexing import changed_event, indexed_hashes, skipped_event
+    from memoryd.shared.workspace import Workspace
+
+    survey = Workspace(agent).survey()  # files, and what is skipped (names not UTF-8, too deep)
+    events = [e for f in survey.files if (e := changed_event(bus, agent.id, f, origin="index", run=run))]
+    skipped = [skipped_event(agent.id, s, bus.next_seq(agent.id), run) for s in survey.skipped]
+    gone = sorted(set(indexed_hashes(settings, agent.id)) - {f.path for f in survey.files}
+                  - {s.path for s in survey.skipped})
+    for start in range(0, len(events), d.FILES_PER_CHUNK_JOB):  # the bulk lane: edits go first
+        bus.emit("chunk", events[start:start + d.FILES_PER_CHUNK_JOB], bulk=True)
+    bus.emit("index", [*skipped, *(FileDeleted(agent=agent.id, path=p, seq=bus.next_seq(agent.id), run=run,
+                                               origin="index") for p in gone)], bulk=True)
+    total = len(events) + len(gone) + len(skipped)
+    bus.conn.hset(bus.key("runs"), run, json.dumps({"agent": agent.id, "files": total, "started": time.time()}))
+    return len(events), total
+
+
+def active_runs(bus: busmod.Bus) -> list[dict[str, Any]]:
+    """The `memoryd index` runs not done yet, with their counts (for `memoryd status`); runs older
+    than a day are forgotten (their counters expire then too)."""
+    out = []
+    for run, raw in bus.conn.hgetall(bus.key("runs")).items():
+        meta = json.loads(raw)
+        counts = bus.run_counts(run.decode())
+        if time.time() - meta["started"] > d.INDEX_RUN_TTL_SECONDS or counts.get("files_done", 0) >= meta["files"]:
+            bus.conn.hdel(bus.key("runs"), run)
+            continue
+        out.append({"run": run.decode(), "agent": meta["agent"], "files": meta["files"],
+                    "files_done": counts.get("files_done", 0), "chunks": counts.get("chunks_found", 0),
+                    "chunks_embedded": counts.get("chunks_embedded", 0) + counts.get("chunks_cached", 0),
+                    "started": meta["started"]})
+    return out
+
+
+def _counts(bus: busmod.Bus, run: str, total: int, embedding: bool) -> Counts:
+    raw = bus.run_counts(run)
+    done = raw.get("chunks_embedded", 0) + raw.get("chunks_cached", 0) if embedding else raw.get("chunks", 0)
+    return Counts(files=total, files_done=raw.get("files_done", 0), chunks=raw.get("chunks_found", 0),
+                  chunks_done=done)
+
+
+def follow(bus: busmod.Bus, run: str, total: int, progress: IndexProgress, *, embedding: bool,
+           local: LocalStages | None) -> Counts:
+    """Until every file of ``run`` is applied; raises IndexFailed when a job of the run failed
+    for good, a local stage died, or nothing moved for INDEX_STALL_SECONDS."""
+    stall = bus.settings.memoryd.job_timeout_seconds + sum(d.RETRY_INTERVALS) + d.INDEX_STALL_MARGIN_SECONDS
+    counts = _counts(bus, run, total, embedding)
+    moved_at, last, checked = time.monotonic(), (-1, -1), 0.0
+    while counts.files_done < total:
+        now = time.monotonic()
+        if now - checked >= d.INDEX_CHECK_SECONDS:  # the registries: a scan of every job, not every tick
+            checked = now
+            if local is not None:
+                local.promote_retries()
+                if local.errors:
+                    raise IndexFailed(f"memoryd index run {run}: {local.errors[0]}")
+            failed = jobs.failed_jobs(bus, run=run)
+            if failed:
+                job = failed[0]
+                raise IndexFailed(f"job {job.id} ({job.stage} stage, agent {job.agent}) of run {run} failed for good: "
+                                  f"{job.error}. Fix the cause, then `memoryd retry {job.id}`; `memoryd status "
+                                  f"--failed` lists {plural(len(failed), 'failed job')} of this run")
+            counts.retrying = sum(1 for j in jobs.list_jobs(bus, ["scheduled"]) if run in j.runs)
+        progress.update(counts)
+        if (counts.files_done, counts.chunks_done) != last:
+            moved_at, last = now, (counts.files_done, counts.chunks_done)
+        elif now - moved_at > stall:
+            waiting = "this process's stage threads" if local else "the running workers (`memoryd status`)"
+            raise IndexFailed(f"memoryd index run {run}: nothing moved for {stall:.0f}s with {counts.files_done}/"
+                              f"{total} files indexed; waited for {waiting}. See `memoryd status`")
+        time.sleep(d.INDEX_POLL_SECONDS)
+        retrying = counts.retrying
+        counts = _counts(bus, run, total, embedding)
+        counts.retrying = retrying
+    progress.update(counts)
+    return counts
+
+
+def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
+    settings, agent = _workspace(args, settings)
+    started = time.monotonic()
+    url, private = redis_server.ensure_redis(settings)
+    try:
+        conn = redis_server.connect(url)
+        bus = busmod.Bus(conn, settings)
+        set_context(settings, conn)
+        run = uuid.uuid4().hex
+        chunking, total = _queue_run(bus, settings, agent, run)
+        if chunking == 0 and total == 0:
+            print(f"memoryd: {no_memory_hint(agent)}", file=sys.stderr)
+        workers = live_stages(bus) >= set(PIPELINE) and not private
+        if workers and not args.wait:
+            return _queued(args, agent, run, total, url)
+        embedding = providers.describe(agent.memory_search)[0] != "none"
+        progress = IndexProgress(mode_for(args.json), total)
+        local = None if workers else LocalStages(bus, agent.id).start()
+        try:
+            counts = follow(bus, run, total, progress, embedding=embedding, local=local)
+        finally:
+            progress.close()
+            if local is not None:
+                local.close()
+        raw = bus.run_counts(run)
+    finally:
+        if private:
+            private.stop()
+    result: dict[str, Any] = {
+        "agent": agent.id,
+        "workspace": str(agent.workspace),
+        "run": run,
+        "files": chunking,
+        "files_deleted": raw.get("files_deleted", 0),
+        "files_skipped": raw.get("files_skipped", 0),
+        "chunks": raw.get("chunks", 0),
+        "chunks_embedded": raw.get("chunks_embedded", 0),
+        "chunks_cached": raw.get("chunks_cached", 0),
+        "index": index_counts(settings, agent.id),
+        "seconds": round(time.monotonic() - started, 3),
+        "worked_by": "running workers" if workers else "this process",
+        "redis": "private" if private else redact(url),
+    }
+    if args.json:
+        print_result(result, True)
+    else:
+        print(f"indexed {plural(counts.files_done, 'file')} of agent {agent.id} ({plural(result['chunks'], 'chunk')}"
+              f", {result['chunks_embedded']} embedded, {result['chunks_cached']} from the cache; "
+              f"{result['files_skipped']} skipped, {result['files_deleted']} deleted) in {result['seconds']:.1f}s "
+              f"by {result['worked_by']}")
+    return 0
+
+
+def _queued(args: argparse.Namespace, agent: AgentConfig, run: str, total: int, url: str) -> int:
+    """The run is on the queues of running workers; the command returns (no ``--wait``)."""
+    result = {"agent": agent.id, "workspace": str(agent.workspace), "run": run, "queued_files": total,
+              "worked_by": "running workers", "redis": redact(url)}
+    if args.json:
+        print_result(result, True)
+    else:
+        print(f"queued {plural(total, 'file')} of agent {agent.id} for the running workers (run {run}); "
+              "`memoryd status` shows their progress, `memoryd index --wait` follows it")
+    return 0

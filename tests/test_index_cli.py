@@ -1,0 +1,159 @@
+"""``memoryd index`` as a person and a program meet it: a live bar on a terminal, plain lines
+in a pipe, one JSON object with --json, a clear exit when a job fails for good, and clear
+words for a folder without memory files or a workspace that does not exist."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.pipeline_harness import Pipeline
+from tests.support import wait_until
+
+CLI = [sys.executable, "-m", "memoryd.services.cli"]
+
+
+def _notes(workspace: Path, count: int) -> None:
+    for i in range(count):
+        (workspace / "memory" / f"2026-03-{i:02d}.md").write_text(
+            f"# day {i}\n\n- moved service {i} to the new cluster; owner person-{i}\n")
+
+
+def _env(config: Path) -> dict[str, str]:
+    return dict(os.environ, MEMORYD_CONFIG=str(config), COLUMNS="120")
+
+
+def _run_in_pty(argv: list[str], env: dict[str, str], timeout: float = 240) -> tuple[int, str]:
+    """Run ``argv`` with a pseudo-terminal as stdin/stdout/stderr; → (exit code, everything it drew)."""
+    main, child = pty.openpty()
+    proc = subprocess.Popen(argv, stdin=child, stdout=child, stderr=child, env=env, close_fds=True)
+    os.close(child)
+    out = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([main], [], [], 0.2)
+            if ready:
+                try:
+                    data = os.read(main, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+                if not data:
+                    break
+                out += data
+            elif proc.poll() is not None:
+                break
+        else:
+            raise AssertionError(f"{argv} did not finish within {timeout}s")
+        return proc.wait(timeout=10), out.decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(main)
+
+
+def test_on_a_terminal_the_bar_counts_files_and_chunks_as_they_happen(
+        workspace: Path, make_settings, redis_url: str) -> None:
+    _notes(workspace, 40)
+    _, config = make_settings(workspace, redis=redis_url, provider="local")
+    code, drawn = _run_in_pty([*CLI, "index", "--agent", "main"], _env(config))
+    assert code == 0, drawn
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn)
+    files = [int(n) for n in re.findall(r"files indexed\D+?(\d+)/40", plain)]
+    chunks = re.findall(r"chunks embedded\D+?(\d+)/(\d+)", plain)
+    assert any(0 < n < 40 for n in files), plain[-2000:]  # a count between start and end was drawn
+    assert files[-1] == 40 and chunks and chunks[-1][0] == chunks[-1][1] != "0"
+    assert "chunks/s" in plain  # the rate
+    assert "indexed 40 files of agent main" in plain
+
+
+def test_piped_it_prints_plain_progress_lines_and_with_json_only_the_object(
+        workspace: Path, make_settings, redis_url: str) -> None:
+    _notes(workspace, 3)
+    _, config = make_settings(workspace, redis=redis_url)
+    piped = subprocess.run([*CLI, "index", "--agent", "main"], env=_env(config), capture_output=True, text=True,
+                           timeout=120, check=True)
+    assert "\x1b[" not in piped.stderr
+    assert re.search(r"^memoryd index: 3/3 files indexed, 3/3 chunks embedded \(\d", piped.stderr, re.M)
+    assert piped.stdout.startswith("indexed 3 files of agent main (3 chunks, 3 embedded, 0 from the cache")
+    quiet = subprocess.run([*CLI, "index", "--agent", "main", "--json"], env=_env(config), capture_output=True,
+                           text=True, timeout=120, check=True)
+    assert quiet.stderr == ""
+    assert json.loads(quiet.stdout)["chunks_cached"] == 3
+
+
+def test_a_job_that_fails_for_good_ends_the_run_naming_it(workspace: Path, make_settings, redis_url: str) -> None:
+    settings, config = make_settings(workspace, redis=redis_url, extra={"memoryd": {"jobRetries": 0}})
+    _notes(workspace, 2)
+    wal = settings.index_path("main").with_name("main.sqlite-wal")
+    wal.mkdir(parents=True)  # no index yet, and the indexer cannot create its write-ahead log
+    started = time.monotonic()
+    out = subprocess.run([*CLI, "index", "--agent", "main"], env=_env(config), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 1
+    assert re.search(r"job \S+ \(index stage, agent main\) of run \w+ failed for good: ", out.stderr), out.stderr
+    assert "memoryd retry" in out.stderr and "Traceback" not in out.stderr
+    assert time.monotonic() - started < 60  # at once, not after the stall deadline
+
+
+def test_with_running_workers_it_queues_and_returns_unless_told_to_wait(
+        workspace: Path, make_settings, redis_url: str, tmp_path: Path) -> None:
+    settings, config = make_settings(workspace, redis=redis_url)
+    p = Pipeline(config, redis_url, settings, tmp_path)
+    p.start("chunk", "embed", "index")
+    try:
+        wait_until(lambda: "running workers" in p.cli("index", "--agent", "main", "--json").stdout, timeout=60,
+                   what="the workers to register")
+        _notes(workspace, 2)
+        queued = json.loads(p.cli("index", "--agent", "main", "--json").stdout)
+        assert queued["worked_by"] == "running workers" and queued["queued_files"] == 2
+        assert "chunks" not in queued
+        waited = json.loads(p.cli("index", "--agent", "main", "--wait", "--json").stdout)
+        assert waited["worked_by"] == "running workers" and waited["index"]["files"] == 2
+    finally:
+        p.stop()
+
+
+def test_a_folder_without_memory_files_says_which_files_count(tmp_path: Path, make_settings, redis_url: str) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "ideas.md").write_text("an idea\n")
+    _, config = make_settings(notes, redis=redis_url)
+    out = subprocess.run([*CLI, "index", "--agent", "main", "--json"], env=_env(config), capture_output=True,
+                         text=True, timeout=120, check=True)
+    assert json.loads(out.stdout)["files"] == 0
+    assert "MEMORY.md" in out.stderr and "memory/**/*.md" in out.stderr and "extraPaths" in out.stderr
+
+
+@pytest.mark.parametrize("how", ["--workspace", "configured"])
+def test_a_missing_workspace_is_created_only_when_asked(how: str, tmp_path: Path, make_settings,
+                                                        redis_url: str) -> None:
+    typo = tmp_path / "clawd-typo"
+    _, config = make_settings(typo if how == "configured" else tmp_path, redis=redis_url)
+    argv = [*CLI, "index", "--agent", "main", *(["--workspace", str(typo)] if how == "--workspace" else [])]
+    refused = subprocess.run(argv, env=_env(config), capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and "does not exist" in refused.stderr and "--create" in refused.stderr
+    assert not typo.exists()
+    made = subprocess.run([*argv, "--create"], env=_env(config), capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    assert f"created a new workspace for agent main at {typo}" in made.stderr
+    assert (typo / "MEMORY.md").exists() and (typo / ".git").exists()
+
+
+def test_a_workspace_that_cannot_be_created_is_a_clear_error(tmp_path: Path, make_settings, redis_url: str) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    _, config = make_settings(blocker / "clawd", redis=redis_url)
+    out = subprocess.run([*CLI, "index", "--agent", "main", "--create"], env=_env(config), capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert f"cannot create the workspace {blocker / 'clawd'} of agent main" in out.stderr
