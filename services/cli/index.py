@@ -291,7 +291,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
         print(f"indexed {plural(counts.files_done, 'file')} of agent {agent.id} ({plural(result['chunks'], 'chunk')}"
               f", {result['chunks_embedded']} embedded, {result['chunks_cached']} from the cache; "
               f"{result['files_skipped']} skipped, {result['files_deleted']} deleted) in {result['seconds']:.1f}s "
-              f"by {result['worked_by']}")
+              f"by {result['worked_by']}; Redis {result['redis']}")
     return 0
 
 

@@ -107,8 +107,8 @@ def _why_nothing_to_compact(settings: Settings, args: argparse.Namespace) -> str
     tokens = context_json(_sessions(settings).context(args.agent, args.session))["sessionTokens"]
     return (f"nothing to compact: the session's {tokens} tokens fit in the recent turns kept verbatim ({keep} "
             f"tokens: compaction.keepRecentTokens = {agent.compaction.keep_recent_tokens}, at most half of the "
-            f"{Thresholds.of(agent).base} tokens at which a flush or compaction starts); lower keepRecentTokens to compact "
-            "shorter sessions")
+            f"{Thresholds.of(agent).base} tokens at which a flush or compaction starts); lower keepRecentTokens "
+            "to compact shorter sessions")
 
 
 def _end(args: argparse.Namespace, settings: Settings, reason: str) -> int:
