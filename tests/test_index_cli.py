@@ -4,6 +4,7 @@ words for a folder without memory files or a workspace that does not exist."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
@@ -15,7 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
+from memoryd.services.cli.index import IndexFailed, LocalStages, follow, queue_run
+from memoryd.services.cli.progress import Counts, IndexProgress
+from memoryd.shared.bus import Bus
+from memoryd.shared.worker import set_context
 from tests.pipeline_harness import Pipeline
 from tests.support import wait_until
 
@@ -157,3 +163,39 @@ def test_a_workspace_that_cannot_be_created_is_a_clear_error(tmp_path: Path, mak
                          text=True, timeout=120)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert f"cannot create the workspace {blocker / 'clawd'} of agent main" in out.stderr
+
+
+class _Recorder(IndexProgress):
+    def __init__(self, total: int) -> None:
+        super().__init__("off", total)
+        self.seen: list[Counts] = []
+
+    def update(self, counts: Counts) -> None:
+        self.seen.append(Counts(**vars(counts)))
+
+
+def test_a_job_waiting_for_its_retry_shows_as_retrying_then_fails_the_run(
+        workspace: Path, make_settings, redis_url: str) -> None:
+    settings, _ = make_settings(workspace, redis=redis_url, extra={"memoryd": {"jobRetries": 1}})
+    _notes(workspace, 1)
+    settings.index_path("main").with_name("main.sqlite-wal").mkdir(parents=True)  # the index job fails
+    bus = Bus(redis.Redis.from_url(redis_url), settings)
+    set_context(settings, bus.conn)
+    _, total = queue_run(bus, settings, settings.agent("main"), "run-r")
+    progress = _Recorder(total)
+    local = LocalStages(bus, "main").start()
+    try:
+        with pytest.raises(IndexFailed, match=r"of run run-r failed for good"):
+            follow(bus, "run-r", total, progress, embedding=True, local=local)
+    finally:
+        local.close()
+    assert any(c.retrying == 1 for c in progress.seen)  # the retry was waited for, shown, and run
+
+
+def test_piped_lines_say_how_many_jobs_are_retrying() -> None:
+    out = io.StringIO()
+    progress = IndexProgress("lines", 3, stream=out)
+    progress.update(Counts(files=3, files_done=1, chunks=4, chunks_done=2, retrying=1))
+    progress.close()
+    assert "memoryd index: 1/3 files indexed, 2/4 chunks embedded (" in out.getvalue()
+    assert out.getvalue().rstrip().endswith("chunks/s), 1 job retrying")

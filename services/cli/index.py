@@ -162,7 +162,7 @@ def no_memory_hint(agent: AgentConfig) -> str:
             "agents.defaults.memorySearch.extraPaths (or agents.list[].extraPaths) in the config file")
 
 
-def _queue_run(bus: busmod.Bus, settings: Settings, agent: AgentConfig, run: str) -> tuple[int, int]:
+def queue_run(bus: busmod.Bus, settings: Settings, agent: AgentConfig, run: str) -> tuple[int, int]:
     """Emit the run's events; → (files to chunk, files queued in all)."""
     from memoryd.shared.indexing import changed_event, indexed_hashes, skipped_event
     from memoryd.shared.workspace import Workspace
@@ -251,7 +251,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
         bus = busmod.Bus(conn, settings)
         set_context(settings, conn)
         run = uuid.uuid4().hex
-        chunking, total = _queue_run(bus, settings, agent, run)
+        chunking, total = queue_run(bus, settings, agent, run)
         if chunking == 0 and total == 0:
             print(f"memoryd: {no_memory_hint(agent)}", file=sys.stderr)
         workers = live_stages(bus) >= set(PIPELINE) and not private
