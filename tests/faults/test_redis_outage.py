@@ -136,7 +136,7 @@ def test_a_worker_busy_in_a_job_when_redis_goes_away_works_on(
 
 
 def test_the_job_a_worker_ran_when_redis_left_is_requeued_when_redis_comes_back_with_it(
-        workspace: Path, make_settings, tmp_path: Path) -> None:
+        workspace: Path, make_settings, tmp_path: Path, fault_times: FaultTimes) -> None:
     server = RedisProcess(tmp_path / "redis", persist=True)
     server.start()
     with OpenAIStub() as stub:
@@ -155,11 +155,17 @@ def test_the_job_a_worker_ran_when_redis_left_is_requeued_when_redis_comes_back_
             wait_until(lambda: "lost Redis" in (tmp_path / "logs" / "embed.log").read_text(), timeout=30,
                        what="the embedder's job to hit the outage")
             stub.set(delay=0)
+            expected = fresh_rows(settings, AGENT, tmp_path / "fresh")
             server.start()  # with its data: the job is still "started", by a worker that lives on
+            back_at = time.monotonic()
             wait_until(lambda: Job.fetch(held[0], connection=p.conn).get_status() == JobStatus.FINISHED, timeout=60,
                        what="the held job to be requeued and finish")
-            wait_until(lambda: p.keyword(AGENT, "dies") == ["memory/held.md"], timeout=30, what="held.md indexed")
+            seconds = wait_converged(settings, AGENT, expected, since=back_at, what="after Redis came back with data",
+                                     logs=p.logs())
+            assert p.keyword(AGENT, "dies") == ["memory/held.md"]
             assert all(code is None for code in _alive(p).values()), p.logs()
+            fault_times.record("Redis killed while the embedder is inside a job, back with its data (from Redis back)",
+                               seconds)
         finally:
             p.stop()
             server.stop()
