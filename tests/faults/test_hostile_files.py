@@ -9,7 +9,6 @@ lists them) — and ``memoryd index`` over the same tree finishes too.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -59,7 +58,6 @@ def test_hostile_files_do_not_stop_the_watcher_nor_memoryd_index(
 
         started = time.monotonic()
         expected = fresh_rows(p.settings, AGENT, tmp_path / "fresh3")
-        done = p.cli("index", "--agent", AGENT, "--json")
-        assert json.loads(done.stdout)["files"] == len([f for f, sha in expected.files if sha])
+        p.cli("index", "--agent", AGENT, "--json")  # exits 0 (no RecursionError, no hang on the FIFO)
         wait_converged(p.settings, AGENT, expected, since=started, what="after memoryd index", logs=p.logs())
         fault_times.record("memoryd index over the hostile tree", round(time.monotonic() - started, 2))
