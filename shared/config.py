@@ -72,12 +72,36 @@ class HybridSettings(_Model):
     candidate_multiplier: int = Field(d.CANDIDATE_MULTIPLIER, ge=1, le=50)
 
 
+class MmrSettings(_Model):
+    """Maximal marginal relevance: results that repeat an earlier one give way to new ones."""
+
+    enabled: bool = d.MMR_ENABLED
+    lambda_: float = Field(d.MMR_LAMBDA, ge=0, le=1, alias="lambda")
+
+
+class TemporalDecaySettings(_Model):
+    """Dated notes lose score with age (from the newest dated note); MEMORY.md never does."""
+
+    enabled: bool = d.TEMPORAL_DECAY_ENABLED
+    half_life_days: float = Field(d.HALF_LIFE_DAYS, gt=0, le=36_500)
+
+
+class SourceBalanceSettings(_Model):
+    """Sources other than the agent's own memory (extraPaths) weigh a little less."""
+
+    enabled: bool = True
+    other_source_weight: float = Field(d.OTHER_SOURCE_WEIGHT, ge=0, le=1)
+
+
 class QuerySettings(_Model):
     max_results: int = Field(d.MAX_RESULTS, ge=1, le=100)
     min_score: float = Field(d.MIN_SCORE, ge=0, le=1)
     fusion: FusionMode = "rrf"
     hybrid: HybridSettings = HybridSettings()
     max_read_lines: int = Field(d.MAX_READ_LINES, ge=1, le=1_000_000)
+    mmr: MmrSettings = MmrSettings()
+    temporal_decay: TemporalDecaySettings = TemporalDecaySettings()
+    source_balance: SourceBalanceSettings = SourceBalanceSettings()
     embed_timeout_ms: int = Field(d.QUERY_EMBED_TIMEOUT_MS, ge=1, le=60_000)
 
 

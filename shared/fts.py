@@ -35,6 +35,12 @@ def segment(text: str) -> str:
     return _CJK_CHAR.sub(r" \1 ", text)
 
 
+def cjk_share(text: str) -> float:
+    """The share of the text's letters (not spaces or punctuation) that are CJK characters."""
+    letters = sum(1 for ch in text if ch.isalnum())
+    return len(_CJK_CHAR.findall(text)) / letters if letters else 0.0
+
+
 def query_terms(query: str) -> list[str]:
     """The query's terms as FTS5 phrases: words, and CJK runs as phrases of their characters.
 

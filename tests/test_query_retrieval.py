@@ -1,66 +1,77 @@
-"""Retrieval quality on the fixed test set with the real local model (MiniLM): hit@k, not "returns something".
+"""Recall of the default memory_search on part of the recall evaluation set, with the real local model.
 
-The numbers asserted are a little under what bench/retrieval.py measures (docs/query.md),
-so a regression fails here while noise in the last decimal does not.
+Four of the set's twelve workspaces (``SUBSET``: a team lead's notes with a knowledge base,
+an SRE's with a knowledge base, and the two Chinese/Japanese ones), indexed for real with
+MiniLM (~15 s), every question of both splits asked the way an agent asks (maxResults 6,
+minScore 0.35). bench/retrieval.py scores the whole set; the floors here are a little
+under what it measures on this subset (docs/query.md), so a regression fails while a
+question changing sides does not.
 """
 
 from __future__ import annotations
 
 import pytest
-from retrieval_set import build, evaluate, first_hit, questions
+from recall_set import ask, build, questions, score
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
 
+SUBSET = ("ws01", "ws05", "ws11", "ws12")
+PLAIN = {"query": {"mmr": {"enabled": False}, "sourceBalance": {"enabled": False}}}
+
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory):
-    svc = QueryService(build(tmp_path_factory.mktemp("retrieval"), provider="local"))
-    yield svc
-    svc.close()
+def services(tmp_path_factory: pytest.TempPathFactory):
+    directory = tmp_path_factory.mktemp("recall")
+    default = QueryService(build(directory, provider="local", workspaces=SUBSET))
+    plain = QueryService(build(directory, provider="local", workspaces=SUBSET, search=PLAIN))
+    yield default, plain
+    default.close()
+    plain.close()
 
 
-def test_default_fusion_beats_weighted(service: QueryService) -> None:
-    qs = questions()
-    rrf, weighted = evaluate(service, qs, "rrf"), evaluate(service, qs, "weighted")
-    assert rrf["mrr"] > weighted["mrr"]
-    assert rrf["recall@1"] > weighted["recall@1"]
-    assert rrf["recall@3"] >= weighted["recall@3"]
+@pytest.fixture(scope="module")
+def subset() -> list:
+    return [q for q in questions() if q.ws in SUBSET]
 
 
-def test_default_fusion_quality(service: QueryService) -> None:
-    scores = evaluate(service, questions(), "rrf")
-    assert scores["recall@1"] >= 0.8
-    assert scores["recall@3"] >= 0.93
-    assert scores["mrr"] >= 0.85
+@pytest.fixture(scope="module")
+def default_scores(services, subset) -> dict:
+    return score(ask(services[0], subset))
 
 
-def test_hybrid_beats_either_side_alone(service: QueryService) -> None:
-    qs = questions()
-    rrf = evaluate(service, qs, "rrf")["mrr"]
-    assert rrf > evaluate(service, qs, "keyword")["mrr"]
-    assert rrf > evaluate(service, qs, "vector")["mrr"]
+def test_the_default_call_clears_its_floors(default_scores: dict) -> None:
+    assert default_scores["R@6"] >= 0.76
+    assert default_scores["R@1"] >= 0.48
+    assert default_scores["MRR"] >= 0.55
+    assert default_scores["empty"] <= 3
 
 
-@pytest.mark.parametrize("question", [q for q in questions() if q.kind in {"identifier", "date", "cjk"}],
-                         ids=lambda q: q.q)
-def test_exact_questions_are_answered_first(service: QueryService, question) -> None:
-    assert first_hit(service, question, "rrf") == 1
+def test_the_default_beats_the_seeds_weighted_fusion_and_the_keyword_side(services, subset,
+                                                                            default_scores: dict) -> None:
+    weighted = score(ask(services[1], subset, "weighted"))
+    keyword = score(ask(services[1], subset, "keyword"))
+    assert default_scores["R@6"] >= weighted["R@6"] + 0.05
+    assert default_scores["R@6"] >= keyword["R@6"] + 0.20
+    assert default_scores["empty"] < weighted["empty"]
 
 
-@pytest.mark.parametrize("question", [q for q in questions() if q.kind in {"decision", "person", "preference"}],
-                         ids=lambda q: q.q)
-def test_questions_about_decisions_people_and_preferences_hit_at_3(service: QueryService, question) -> None:
-    rank = first_hit(service, question, "rrf")
-    assert rank is not None and rank <= 3
+def test_chinese_and_japanese_questions(services, subset) -> None:
+    cjk = score(ask(services[0], [q for q in subset if q.kind == "cjk"]))
+    assert cjk["R@6"] >= 0.60
+    assert cjk["empty"] == 0
 
 
-def test_unanswerable_questions_return_nothing_above_min_score(service: QueryService) -> None:
+def test_memory_answers_before_a_knowledge_base_that_says_something_similar(services, subset) -> None:
+    balance = [q for q in subset if q.kind == "source-balance"]
+    assert score(ask(services[0], balance))["R@1"] > score(ask(services[1], balance, "rrf"))["R@1"]
+
+
+def test_off_topic_questions_find_nothing(services) -> None:
     for query in ("what is the capital of Peru", "recipe for banana bread", "best hiking trails in Patagonia"):
-        assert service.search("main", SearchRequest(query=query)).results == []
+        assert services[0].search("ws01", SearchRequest(query=query)).results == []
 
 
-def test_the_local_model_answers_in_hybrid_mode(service: QueryService) -> None:
-    answer = service.search("main", SearchRequest(query="What did we decide about the API?"))
+def test_the_local_model_answers_in_hybrid_mode(services) -> None:
+    answer = services[0].search("ws01", SearchRequest(query="when did we decide to drop Kafka?"))
     assert (answer.provider, answer.model, answer.mode) == ("local", "all-MiniLM-L6-v2-int8", "hybrid")
-    assert answer.results[0].path in {"memory/2026-01-20.md", "MEMORY.md"}

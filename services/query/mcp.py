@@ -75,9 +75,13 @@ class _Server(MCPServer):
         maxResults: Annotated[int, Field(ge=1, le=100, description="At most this many results")] = query.max_results,
         minScore: Annotated[float, Field(ge=0, le=1, description="Drop results scoring below this")] = query.min_score,
         source: Annotated[str, Field(description="Only this source: memory, a knowledge base's name, or all")] = "all",
+        after: Annotated[str | None, Field(description="Only daily notes dated on or after this day, YYYY-MM-DD")]
+        = None,
+        before: Annotated[str | None, Field(description="Only daily notes dated on or before this day, YYYY-MM-DD")]
+        = None,
     ) -> dict[str, Any]:
         return _call(lambda r: service.search(agent_id, r), SearchRequest, query=query, maxResults=maxResults,
-                     minScore=minScore, source=source)
+                     minScore=minScore, source=source, after=after, before=before)
 
     def memory_get(**arguments: Any) -> dict[str, Any]:
         return _call(lambda r: service.get(agent_id, r), GetRequest, **arguments)

@@ -7,9 +7,10 @@ out of the JSON, so an ordinary answer is exactly SPEC §5's shape plus ``mode``
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 #: ``rrf``: the default, calibrated fusion (docs/query.md); ``weighted``: the seed's 0.7/0.3;
@@ -36,7 +37,17 @@ class SearchRequest(_Wire):
     fusion: Fusion | None = None
     #: ``memory``, an extraPath's source name, or ``all`` (the default).
     source: str | None = Field(None, min_length=1, max_length=64)
+    #: Only daily notes dated on or after / on or before this day (the date in the file name);
+    #: files without a date (MEMORY.md, most extraPath files) are left out when either is set.
+    after: dt.date | None = None
+    before: dt.date | None = None
     explain: bool = False
+
+    @model_validator(mode="after")
+    def _window_not_empty(self) -> SearchRequest:
+        if self.after and self.before and self.after > self.before:
+            raise ValueError(f"after ({self.after}) is later than before ({self.before}); swap them")
+        return self
 
 
 class Explain(_Wire):
@@ -48,6 +59,8 @@ class Explain(_Wire):
     text_rank: int | None
     bm25: float | None
     fused: float
+    #: What the fused score was multiplied by (source balance × temporal decay), when not 1.
+    weight: float | None = None
 
 
 class SearchResult(_Wire):

