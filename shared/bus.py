@@ -1,8 +1,9 @@
 """Redis: queues between stages, per-agent sequence numbers, the event log, run counters.
 
 Stages never call each other; they enqueue the next stage's job by its dotted name
-(``memoryd.services.pipeline.embedder.embed_job``) with the event as JSON. Every emitted event is also
-appended to the agent's log stream ``memoryd:log:<agent>``.
+(``memoryd.services.pipeline.embedder.embed_job``) with the event as JSON. Every emitted event is first
+appended to the agent's durable log on disk (``memoryd.shared.eventlog``): Redis carries the work,
+the log keeps the record.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rq import Queue, Retry
 
 from memoryd.shared import defaults as d
 from memoryd.shared.config import Settings
+from memoryd.shared.eventlog import EventLog
 from memoryd.shared.events import Event
 
 #: One queue per stage, so each scales and retries on its own.
@@ -31,13 +33,15 @@ JOBS = {
     "backfill": "memoryd.services.pipeline.embedder.backfill_job",
     "index": "memoryd.services.pipeline.indexer.index_job",
     "fill": "memoryd.services.pipeline.indexer.fill_job",
+    # a side-by-side rebuild from the log, a slice at a time, on the index queue
+    "rebuild": "memoryd.services.pipeline.rebuild.rebuild_job",
     # the session service's jobs take ids, not events (services/session.py)
     "flush": "memoryd.services.session.service.flush_job",
     "compact": "memoryd.services.session.service.compact_job",
     "session_memory": "memoryd.services.session.service.session_memory_job",
 }
 #: The queue of each job that is not named after its stage.
-JOB_STAGE = {"backfill": "embed", "fill": "index", "flush": "session", "compact": "session",
+JOB_STAGE = {"backfill": "embed", "fill": "index", "rebuild": "index", "flush": "session", "compact": "session",
              "session_memory": "session"}
 
 # seq = max(last + 1, now in µs): strictly increasing, and still increasing after Redis
@@ -58,18 +62,15 @@ class Bus:
         self.conn = conn
         self.settings = settings
         self._next_seq = conn.register_script(_NEXT_SEQ)
+        self.record = EventLog(settings)
         self.queues = {stage: Queue(name, connection=conn) for stage, name in QUEUES.items()}
 
     def next_seq(self, agent: str) -> int:
         return int(self._next_seq(keys=[f"memoryd:seq:{agent}"], args=[int(time.time() * 1_000_000)]))
 
-    def log(self, events: Sequence[Event], payloads: Sequence[str] | None = None) -> None:
-        """Append ``events`` to their agents' log streams (``payloads``: their JSON, if made already)."""
-        pipe = self.conn.pipeline(transaction=False)
-        for event, payload in zip(events, payloads or [e.model_dump_json() for e in events], strict=True):
-            pipe.xadd(f"memoryd:log:{event.agent}", {"type": event.type, "event": payload},  # type: ignore[attr-defined]
-                      maxlen=d.LOG_MAX_LEN, approximate=True)
-        pipe.execute()
+    def log(self, events: Sequence[Event]) -> None:
+        """Append ``events`` to their agents' durable logs (texts and vectors stored by hash)."""
+        self.record.append(events)
 
     def enqueue(self, job: str, *args: object, job_id: str | None = None) -> None:
         """Queue ``JOBS[job]`` on its stage's queue with the configured retries, timeout and TTLs."""
@@ -89,8 +90,8 @@ class Bus:
         """Log ``events`` and enqueue them, as one batch, for the job ``job`` (a key of JOBS)."""
         if not events:
             return
+        self.log(events)
         payloads = [e.model_dump_json() for e in events]
-        self.log(events, payloads)
         self.enqueue(job, payloads, job_id=job_id)
 
     # --- a run of `memoryd index`: counters the stages bump, the CLI reads ---------------

@@ -210,6 +210,15 @@ class ServerSettings(_Model):
     port: int = Field(d.PORT, ge=1, le=65535)
 
 
+class LogSettings(_Model):
+    """The durable event log (shared/eventlog.py) and what is folded from it."""
+
+    segment_bytes: int = Field(d.LOG_SEGMENT_BYTES, ge=4096)
+    retention_days: float = Field(d.LOG_RETENTION_DAYS, ge=0)
+    as_of_snapshots: int = Field(d.AS_OF_SNAPSHOTS, ge=1, le=1000)
+    rebuild_slice_seconds: float = Field(d.REBUILD_SLICE_SECONDS, gt=0)
+
+
 class MemorydSettings(_Model):
     state_dir: str = d.STATE_DIR
     redis_url: str | None = None
@@ -218,6 +227,7 @@ class MemorydSettings(_Model):
     job_retries: int = Field(d.JOB_RETRIES, ge=0, le=20)
     llm: LlmSettings = LlmSettings()
     server: ServerSettings = ServerSettings()
+    log: LogSettings = LogSettings()
 
 
 class Settings(_Model):

@@ -147,8 +147,6 @@ REDIS_MARKER_SECONDS = 1.0
 #: How often the watcher looks whether the agent registry or the config file changed:
 #: two stat calls a second, and a new agent's files are watched within a second.
 AGENT_RELOAD_SECONDS = 1.0
-#: Entries kept per agent in the Redis log stream (approximate trim).
-LOG_MAX_LEN = 100_000
 #: How often a worker looks for jobs orphaned by a dead worker on this host.
 ORPHAN_SWEEP_SECONDS = 3.0
 #: A job may sit in RQ's intermediate queue between dequeue and start for milliseconds;
@@ -156,6 +154,25 @@ ORPHAN_SWEEP_SECONDS = 3.0
 STUCK_INTERMEDIATE_SECONDS = 10.0
 #: A service `memoryd up` runs that dies is restarted after this long (doubling up to a minute).
 RESTART_DELAY_SECONDS = 1.0
+
+# --- the event log (shared/eventlog.py) -------------------------------------------------
+#: A segment is sealed past this size and gets a checkpoint: a replay folds at most one
+#: segment of events after its checkpoint (about 20,000 saves' events).
+LOG_SEGMENT_BYTES = 8 * 1024 * 1024
+#: Segments older than this are dropped once a checkpoint covers them: `asOf` answers a
+#: year back, and a year of daily edits is a few tens of MB (content is stored once).
+LOG_RETENTION_DAYS = 365.0
+#: Replayed indexes kept per agent for `asOf` searches (each is a full index file).
+AS_OF_SNAPSHOTS = 4
+#: A rebuild job works this long, checkpoints and queues its continuation: far below the
+#: job timeout (a rebuild never starts over), and index jobs of the agent run in between.
+REBUILD_SLICE_SECONDS = 60.0
+#: How often the indexer looks whether Redis lost its data (its marker key gone) and the
+#: log's work must be re-driven: one EXISTS a second finds a flushed Redis within a second.
+LOG_RECOVERY_SECONDS = 1.0
+#: How often the indexer seals checkpoints and applies retention: a segment takes days to
+#: fill, so a minute's delay costs nothing.
+LOG_COMPACT_SECONDS = 60.0
 
 # --- the HTTP server ---------------------------------------------------------------------
 #: Loopback only: memory is private until auth is set up for a wider address.

@@ -3,8 +3,8 @@
 ``apply`` is the one function that changes an index for an event (the indexer worker
 calls it for every event; a rebuild and a replay call it too), so every path to an index
 gives the same rows. ``index_into`` runs the whole pipeline — read, chunk, embed, apply —
-in one process without Redis: for rebuilding an index into a new file when its
-fingerprint changed, and for tests and benchmarks that need an index without workers.
+in one process without Redis, logging what it applies like the stages do: for tests and
+benchmarks that need an index without workers.
 
 A file's chunks change in one transaction; an event older (by sequence number) than what
 the index holds for that path is dropped as stale, so a late retry never overwrites a
@@ -18,7 +18,6 @@ import logging
 import os
 import stat
 import time
-from pathlib import Path
 
 from memoryd.shared import defaults as d
 from memoryd.shared import providers
@@ -26,6 +25,7 @@ from memoryd.shared.bus import Bus
 from memoryd.shared.chunking import Chunker, chunk_file
 from memoryd.shared.config import Settings
 from memoryd.shared.embedding import embed_files
+from memoryd.shared.eventlog import EventLog
 from memoryd.shared.events import (
     ChunksEmbedded,
     FileChanged,
@@ -53,48 +53,25 @@ def fingerprint(settings: Settings, agent_id: str) -> str:
 
 
 def open_writer(settings: Settings, agent_id: str) -> IndexWriter:
-    """The agent's index, rebuilt first if its fingerprint is not the configured one."""
-    path = settings.index_path(agent_id)
-    wanted = fingerprint(settings, agent_id)
-    writer = IndexWriter(path)
-    have = writer.meta(META_FINGERPRINT)
-    if have is None:
+    """The agent's index; a new one gets the configured fingerprint. One whose fingerprint is
+    not the configured one is returned as it is — it keeps answering and taking events while
+    a rebuild job builds its successor side by side (``memoryd.shared.rebuild``); see
+    :func:`outdated`."""
+    writer = IndexWriter(settings.index_path(agent_id))
+    if writer.meta(META_FINGERPRINT) is None:
         _, _, embedder = providers.describe(settings.agent(agent_id).memory_search)
         with writer.transaction():
-            writer.set_meta(META_FINGERPRINT, wanted)
+            writer.set_meta(META_FINGERPRINT, fingerprint(settings, agent_id))
             writer.set_meta(META_EMBEDDER, embedder)
-        return writer
-    if have == wanted:
-        return writer
-    log.warning("agent %s: index fingerprint changed (%s → %s); rebuilding %s", agent_id, have, wanted, path)
-    writer.close()
-    rebuild(settings, agent_id)
-    return IndexWriter(path)
+    return writer
 
 
-def rebuild(settings: Settings, agent_id: str) -> dict[str, int]:
-    """Build the agent's index afresh in a new file from its workspace and swap it in."""
-    path = settings.index_path(agent_id)
-    fresh = path.with_name(f"{path.name}.rebuild")
-    for leftover in (fresh, Path(f"{fresh}-wal"), Path(f"{fresh}-shm")):
-        leftover.unlink(missing_ok=True)
-    writer = IndexWriter(fresh)
-    if path.exists():
-        writer.conn.execute("ATTACH DATABASE ? AS old", (f"file:{path}?mode=ro",))
-        writer.conn.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM old.embedding_cache")
-        writer.conn.execute("DETACH DATABASE old")
-    _, _, embedder = providers.describe(settings.agent(agent_id).memory_search)
-    with writer.transaction():
-        writer.set_meta(META_FINGERPRINT, fingerprint(settings, agent_id))
-        writer.set_meta(META_EMBEDDER, embedder)
-    stats = index_into(settings, agent_id, writer)
-    writer.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    writer.close()
-    os.replace(fresh, path)
-    for side in (Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{fresh}-wal"), Path(f"{fresh}-shm")):
-        side.unlink(missing_ok=True)
-    log.warning("agent %s: rebuilt index swapped in (%s)", agent_id, stats)
-    return stats
+def outdated(writer: IndexWriter, settings: Settings, agent_id: str) -> bool:
+    """Whether the index was built with other settings than the configured ones (rebuild it)."""
+    have, wanted = writer.meta(META_FINGERPRINT), fingerprint(settings, agent_id)
+    if have != wanted:
+        log.warning("agent %s: index fingerprint %s is not the configured %s", agent_id, have, wanted)
+    return have != wanted
 
 
 def _stale(writer: IndexWriter, event: FileEvent) -> IndexApplied | None:
@@ -159,8 +136,9 @@ def _apply_chunks(writer: IndexWriter, event: ChunksEmbedded) -> IndexApplied:
 
 
 def index_into(settings: Settings, agent_id: str, writer: IndexWriter) -> dict[str, int]:
-    """Make ``writer``'s index hold exactly the agent's memory files on disk now."""
+    """Make ``writer``'s index hold exactly the agent's memory files on disk now (and log it)."""
     ctx = WorkerContext(settings=settings)
+    record = EventLog(settings)
     ws = Workspace(settings.agent(agent_id))
     seq = int(time.time() * 1_000_000)
     stats = {"files": 0, "chunks": 0, "chunks_embedded": 0, "chunks_cached": 0, "files_skipped": 0,
@@ -170,16 +148,19 @@ def index_into(settings: Settings, agent_id: str, writer: IndexWriter) -> dict[s
     batch: list[FileChunked] = []
 
     def flush() -> None:
-        for embedded in embed_files(ctx, batch):
+        done = embed_files(ctx, batch)
+        record.append(done)
+        for embedded in done:
             result = apply(writer, embedded)
             stats["chunks"] += result.chunks if result else 0
             stats["chunks_embedded"] += embedded.embedded
             stats["chunks_cached"] += embedded.cached
         batch.clear()
 
-    for found in on_disk:
-        event = FileChanged(agent=agent_id, path=found.path, seq=seq, root=str(found.root), rel=found.rel,
-                            source=found.source, sha256="", size=0, mtime=0.0, origin="inline")
+    changes = [FileChanged(agent=agent_id, path=found.path, seq=seq, root=str(found.root), rel=found.rel,
+                           source=found.source, sha256="", size=0, mtime=0.0, origin="inline") for found in on_disk]
+    record.append(changes)
+    for event in changes:
         result = chunk_file(event, settings)
         stats["files"] += 1
         if isinstance(result, FileChunked):
@@ -188,22 +169,35 @@ def index_into(settings: Settings, agent_id: str, writer: IndexWriter) -> dict[s
                 flush()
         else:
             stats["files_skipped" if result.type == "file.skipped" else "files_deleted"] += 1
+            record.append([result])
             apply(writer, result)
     flush()
     skipped = [skipped_event(agent_id, s, seq) for s in survey.skipped]
+    record.append(skipped)
     for event in skipped:
         apply(writer, event)
         stats["files_skipped"] += 1
     present = {f.path for f in on_disk} | {s.path for s in survey.skipped}
-    for path in set(writer.live_hashes()) - present:
-        apply(writer, FileDeleted(agent=agent_id, path=path, seq=seq, origin="inline"))
+    gone = [FileDeleted(agent=agent_id, path=path, seq=seq, origin="inline")
+            for path in sorted(set(writer.live_hashes()) - present)]
+    record.append(gone)
+    for event in gone:
+        apply(writer, event)
         stats["files_deleted"] += 1
+    record.close()
     return stats
 
 
 def index_now(settings: Settings, agent_id: str) -> dict[str, int]:
-    """Bring the agent's index at ``settings.index_path(agent_id)`` up to date, in this process."""
+    """Bring the agent's index at ``settings.index_path(agent_id)`` up to date, in this process
+    (rebuilt from its log first if it was built with other settings)."""
     writer = open_writer(settings, agent_id)
+    if outdated(writer, settings, agent_id):
+        writer.close()
+        from memoryd.shared.rebuild import rebuild  # rebuild folds the log through apply(), defined here
+
+        rebuild(settings, agent_id)
+        writer = open_writer(settings, agent_id)
     try:
         return index_into(settings, agent_id, writer)
     finally:

@@ -9,9 +9,10 @@ vector per window and is scored by its best one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,9 @@ class IndexWriter(_Queries):
             _create(self.path)
         self.conn = sqlitedb.connect(self.path)
         self.inode = os.stat(self.path).st_ino
+        #: The time written into rows; a replay sets it to each event's log time, so replaying
+        #: the same log twice writes the same bytes.
+        self.clock: Callable[[], float] = time.time
         _migrate(self.conn)
 
     def replaced(self) -> bool:
@@ -249,8 +253,9 @@ class IndexWriter(_Queries):
         )
 
     # --- writes -----------------------------------------------------------------------
-    def transaction(self) -> _Transaction:
-        return _Transaction(self)
+    def transaction(self) -> _Transaction | contextlib.nullcontext[IndexWriter]:
+        """One transaction; inside an open one (a replay writes a batch of files in one) it joins it."""
+        return contextlib.nullcontext(self) if self.conn.in_transaction else _Transaction(self)
 
     def upsert_file(self, *, path: str, source: str, sha256: str, size: int, mtime: float, seq: int,
                     status: str, error: str | None = None, chunks: int = 0) -> None:
@@ -259,7 +264,7 @@ class IndexWriter(_Queries):
             "VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(path) DO UPDATE SET source=excluded.source, "
             "hash=excluded.hash, size=excluded.size, mtime=excluded.mtime, seq=excluded.seq, "
             "status=excluded.status, error=excluded.error, chunks=excluded.chunks, indexed_at=excluded.indexed_at",
-            (path, source, sha256, size, mtime, seq, status, error, chunks, time.time()),
+            (path, source, sha256, size, mtime, seq, status, error, chunks, self.clock()),
         )
 
     def replace_chunks(self, path: str, source: str, chunks: Sequence[ChunkData],
@@ -282,7 +287,7 @@ class IndexWriter(_Queries):
                 new.append(chunk)
         gone = [cid for slots in by_key.values() for cid, _ in slots]
         self._delete_chunks(gone)
-        now = time.time()
+        now = self.clock()
         for chunk in new:
             cur = self.conn.execute(
                 "INSERT INTO chunks(path, source, start_line, end_line, hash, tokens, text, updated_at) "
@@ -335,7 +340,7 @@ class IndexWriter(_Queries):
         return filled
 
     def cache_put(self, embedder: str, vectors: Iterable[VectorData]) -> None:
-        now = time.time()
+        now = self.clock()
         self.conn.executemany(
             "INSERT OR IGNORE INTO embedding_cache(embedder, hash, windows, dims, vector, created_at) "
             "VALUES (?,?,?,?,?,?)",

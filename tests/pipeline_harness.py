@@ -12,7 +12,7 @@ from typing import Any
 import redis
 
 from memoryd.shared.config import Settings
-from memoryd.shared.events import parse_event
+from memoryd.shared.eventlog import EventLog, hydrate, log_dir, read
 from memoryd.shared.exceptions import IndexMissing
 from memoryd.shared.store import IndexReader
 from tests.support import wait_until
@@ -73,13 +73,14 @@ class Pipeline:
 
     # --- looking at the results ----------------------------------------------------------
     def events(self, agent: str, type_: str, path: str | None = None) -> list[Any]:
-        out = []
-        for _, fields in self.conn.xrange(f"memoryd:log:{agent}"):
-            if fields[b"type"].decode() == type_:
-                event = parse_event(fields[b"event"])
-                if path is None or getattr(event, "path", None) == path:
-                    out.append(event)
-        return out
+        """The agent's logged events of ``type_`` (on ``path``), from its log on disk, oldest first."""
+        stores = EventLog(self.settings)
+        try:
+            return [hydrate(r.event, stores.content(agent), stores.vectors)
+                    for r in read(log_dir(self.settings, agent))
+                    if r.type == type_ and (path is None or r.path == path)]
+        finally:
+            stores.close()
 
     def query(self, agent: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:

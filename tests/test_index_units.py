@@ -11,8 +11,9 @@ import pytest
 from memoryd.shared.config import load_settings
 from memoryd.shared.events import ChunkData, ChunksEmbedded, FileDeleted, VectorData
 from memoryd.shared.exceptions import ConfigError
-from memoryd.shared.indexing import apply, fingerprint, index_now, open_writer, rebuild
+from memoryd.shared.indexing import apply, fingerprint, index_now, open_writer, outdated
 from memoryd.shared.providers import resolve
+from memoryd.shared.rebuild import rebuild
 from memoryd.shared.store import IndexReader
 from tests.openai_stub import OpenAIStub
 
@@ -51,7 +52,8 @@ def test_vectors_of_another_model_are_never_mixed_in(workspace: Path, make_setti
     assert writer.conn.execute("SELECT count(*) FROM chunk_vectors").fetchone()[0] == 0
 
 
-def test_fingerprint_change_rebuilds_into_a_new_file_reusing_cached_vectors(workspace: Path, make_settings) -> None:
+def test_fingerprint_change_rebuilds_from_the_log_into_a_new_file_reusing_stored_vectors(
+        workspace: Path, make_settings) -> None:
     (workspace / "MEMORY.md").write_text("# Short\n- one small fact\n")
     (workspace / "memory" / "2026-01-01.md").write_text("\n".join(f"entry {i} about things" for i in range(300)))
     settings, _ = make_settings(workspace)
@@ -60,19 +62,22 @@ def test_fingerprint_change_rebuilds_into_a_new_file_reusing_cached_vectors(work
     old_fp = old_reader.meta("fingerprint")
     smaller, _ = make_settings(workspace, chunking={"tokens": 200, "overlap": 40})
     assert fingerprint(smaller, "main") != old_fp
-    stats = rebuild(smaller, "main")  # what open_writer does on the mismatch
-    assert stats["chunks_cached"] >= 1  # MEMORY.md's chunk is the same text: its vector was reused
-    assert stats["chunks_embedded"] == stats["chunks"] - stats["chunks_cached"]
+    writer = open_writer(smaller, "main")
+    assert outdated(writer, smaller, "main")  # the old index is kept (and answers) until the rebuild
+    writer.close()
+    (workspace / "memory" / "2026-01-01.md").rename(workspace / "elsewhere.md")  # the log is enough
+    stats = rebuild(smaller, "main")
+    assert stats["rebuilt"] and stats["files_rechunked"] == 2  # text rebuilt from the logged chunks
+    assert stats["chunks_cached"] >= 1  # MEMORY.md's chunk is the same text: its stored vector was reused
+    assert stats["chunks_embedded"] >= 1 and stats["vectors_missing"] == 0
     new = IndexReader(smaller.index_path("main"))
     assert new.meta("fingerprint") == fingerprint(smaller, "main")
     assert new.counts()["chunks"] > first["chunks"]
+    assert new.conn.execute("SELECT count(*) FROM files WHERE path = 'memory/2026-01-01.md'").fetchone()[0] == 1
     assert old_reader.meta("fingerprint") == old_fp  # a reader of the old file keeps working
-    assert new.cache_get(new.meta("embedder"), ["x"]) == {}
-    cached = new.conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
-    assert cached >= first["chunks"]  # the old cache came along
-    generation = new.meta("generation")
-    open_writer(smaller, "main").close()
-    assert new.meta("generation") == generation  # fingerprint matches now: no second rebuild
+    writer = open_writer(smaller, "main")
+    assert not outdated(writer, smaller, "main")  # fingerprint matches now: no second rebuild
+    writer.close()
     old_reader.close()
     new.close()
 

@@ -141,6 +141,10 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         from memoryd.services.pipeline.embedder import backfill_scheduler
 
         backfill_scheduler(set_context(settings, conn)).start()
+    if args.stage == "index" and not args.burst:
+        from memoryd.services.pipeline.indexer import recovery_scheduler
+
+        recovery_scheduler(set_context(settings, conn)).start()
     run_worker(args.stage, settings, conn, burst=args.burst)
     return 0
 

@@ -3,18 +3,29 @@
 Applies ``ChunksEmbedded``, ``FileDeleted``, ``FileSkipped`` and ``VectorsFilled`` through
 ``memoryd.shared.indexing.apply`` (stale events dropped by sequence number, one
 transaction per file, idempotent). The index records its fingerprint (chunker,
-tokenizer, FTS tokenizer, embedder); when the configured one differs, the index is
-rebuilt into a new file (cached vectors carried over) and swapped in atomically.
+tokenizer, FTS tokenizer, embedder); when the configured one differs, the indexer keeps
+applying to it and queues a rebuild job (``memoryd.services.pipeline.rebuild``, by name),
+which builds the new index side by side from the log and swaps it in: events are applied
+under the agent's swap lock (shared), so none lands in the old file after its last fold.
+
+Each indexer process also watches for a Redis that lost its data and re-drives the lost
+work from the log (``memoryd.shared.recovery``), and seals the log's checkpoints.
 """
 
 from __future__ import annotations
 
 import logging
 
+import redis
+
+from memoryd.shared import defaults as d
 from memoryd.shared.events import ChunksEmbedded, FileDeleted, FileSkipped, IndexApplied, VectorsFilled, parse_event
-from memoryd.shared.indexing import apply, open_writer
+from memoryd.shared.exceptions import MemorydError
+from memoryd.shared.indexing import apply, open_writer, outdated
+from memoryd.shared.rebuild import request, swap_lock
+from memoryd.shared.recovery import Recovery
 from memoryd.shared.store import IndexWriter
-from memoryd.shared.worker import WorkerContext, context
+from memoryd.shared.worker import Periodic, WorkerContext, context
 
 log = logging.getLogger("memoryd.indexer")
 
@@ -22,11 +33,24 @@ log = logging.getLogger("memoryd.indexer")
 def _writer(ctx: WorkerContext, agent: str) -> IndexWriter:
     """This process's writer of the agent's index, reopened if another process swapped the file."""
     key = f"writer:{agent}"
-    writer: IndexWriter = ctx.memo(key, lambda: open_writer(ctx.settings, agent))
+    writer: IndexWriter = ctx.memo(key, lambda: _open(ctx, agent))
     if writer.replaced():
         writer.close()
-        writer = ctx.cache[key] = open_writer(ctx.settings, agent)
+        writer = ctx.cache[key] = _open(ctx, agent)
     return writer
+
+
+def _open(ctx: WorkerContext, agent: str) -> IndexWriter:
+    writer = open_writer(ctx.settings, agent)
+    if outdated(writer, ctx.settings, agent) and ctx.redis_bus is not None:
+        request(ctx.bus, agent)  # built side by side; this one answers and takes events meanwhile
+    return writer
+
+
+def _apply(ctx: WorkerContext,
+           event: ChunksEmbedded | FileDeleted | FileSkipped | VectorsFilled) -> IndexApplied | None:
+    with swap_lock(ctx.settings, event.agent).held(exclusive=False):
+        return apply(_writer(ctx, event.agent), event)
 
 
 def _finish(ctx: WorkerContext, agents: set[str], applied: list[IndexApplied]) -> None:
@@ -49,10 +73,16 @@ def index_job(events: list[str]) -> int:
             raise TypeError(f"index_job got a {event.type} event")
         ctx.ensure_agent(event.agent)
         agents.add(event.agent)
-        result = apply(_writer(ctx, event.agent), event)
+        result = _apply(ctx, event)
         if result is not None:
             applied.append(result)
     _finish(ctx, agents, applied)
+    actions: dict[str, int] = {}
+    for a in applied:
+        actions[a.action] = actions.get(a.action, 0) + 1
+    log.info("applied %d events (%s; %d chunks) to agents %s", len(events),
+             ", ".join(f"{n} {action}" for action, n in sorted(actions.items())) or "nothing new",
+             sum(a.chunks for a in applied), ", ".join(sorted(agents)))
     return len(applied)
 
 
@@ -66,12 +96,14 @@ def fill_job(events: list[str]) -> int:
             raise TypeError(f"fill_job got a {event.type} event")
         ctx.ensure_agent(event.agent)
         agents.add(event.agent)
-        apply(_writer(ctx, event.agent), event)
+        _apply(ctx, event)
     _finish(ctx, agents, [])
     return len(events)
-    actions: dict[str, int] = {}
-    for a in applied:
-        actions[a.action] = actions.get(a.action, 0) + 1
-    log.info("applied %d events (%s; %d chunks) to agents %s", len(events),
-             ", ".join(f"{n} {action}" for action, n in sorted(actions.items())) or "nothing new",
-             sum(a.chunks for a in applied), ", ".join(sorted(agents)))
+
+
+def recovery_scheduler(ctx: WorkerContext) -> Periodic:
+    """In each indexer process: every second, re-drive from the log what a Redis that lost its
+    data dropped (at once at start: a Redis restarted while no indexer ran is found too)."""
+    recovery = Recovery(ctx.bus)
+    return Periodic("log-recovery", d.LOG_RECOVERY_SECONDS, lambda: recovery.check(ctx.settings),
+                    errors=(redis.RedisError, OSError, MemorydError), immediately=True)

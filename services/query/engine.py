@@ -40,10 +40,11 @@ from memoryd.services.query.models import (
     SearchResponse,
     SearchResult,
 )
-from memoryd.services.query.vectors import VectorMatrix, single_blas_thread
+from memoryd.services.query.vectors import VectorHit, VectorMatrix, single_blas_thread
 from memoryd.shared import providers, sqlitedb
 from memoryd.shared.config import AgentConfig, Settings
 from memoryd.shared.exceptions import ConfigError, IndexMissing, MemoryFileMissing, PathRefused
+from memoryd.shared.replay import as_of_index
 from memoryd.shared.store import META_DIMS, META_EMBEDDER, META_GENERATION
 from memoryd.shared.workspace import NotRegularFile, Workspace, open_regular
 
@@ -166,6 +167,8 @@ class QueryService:
         self._embeddings = QueryEmbedder()
         #: One thread scans the vectors beside the keyword side, while the search holds its snapshot.
         self._scans = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memoryd-scan")
+        #: Indexes of past moments (``asOf``) replayed from the log, most recently used last.
+        self._past: dict[Path, AgentIndex] = {}
         single_blas_thread()
 
     # --- agents ------------------------------------------------------------------------
@@ -178,6 +181,22 @@ class QueryService:
             if agent_id not in self._indexes:
                 self._indexes[agent_id] = AgentIndex(self.settings.index_path(agent_id))
             return self._indexes[agent_id]
+
+    def _index_at(self, agent_id: str, as_of: str | None) -> AgentIndex:
+        """The live index, or the index as it was at ``as_of``, replayed from the agent's log once
+        per distinct state (``memoryd.shared.replay.as_of_index``) and kept open while recent."""
+        if as_of is None:
+            return self.index(agent_id)
+        self.agent(agent_id)
+        path = as_of_index(self.settings, agent_id, as_of)
+        with self._lock:
+            index = self._past.pop(path, None) or AgentIndex(path)
+            self._past[path] = index
+            while len(self._past) > self.settings.memoryd.log.as_of_snapshots:
+                old = self._past.pop(next(iter(self._past)))
+                with old.lock:
+                    old.close()
+        return index
 
     def agents(self) -> AgentsResponse:
         infos = []
@@ -194,6 +213,8 @@ class QueryService:
         for index in self._indexes.values():
             with index.lock:
                 index.close()
+        for index in self._past.values():
+            index.close()
 
     # --- memory_search -----------------------------------------------------------------
     def search(self, agent_id: str, request: SearchRequest) -> SearchResponse:
@@ -212,7 +233,7 @@ class QueryService:
         # The query's embedding starts now, outside the agent's lock, on its provider's own thread.
         embedding = self._embedding(agent, request.query) if mode != "keyword" else Vectors(None, None)
         started = time.monotonic()
-        agent_index = self.index(agent_id)
+        agent_index = self._index_at(agent_id, request.as_of)
         with agent_index.snapshot() as index:
             found = self._in_snapshot(index, plan, embedding, None)
         if isinstance(found, _Late):
@@ -257,6 +278,7 @@ class QueryService:
             c.vector, c.vector_rank = hit.score, hit.rank
         newcomers = [cid for cid in cands if cid not in side.rows]
         side.rows.update(index.chunks(newcomers))
+        _rank_ties_by_place(vectors.hits, cands, side.rows)
         if text_side:
             _evidence(side, s.keyword, newcomers)
         newest = index.keyword.newest_date() if index.keyword else None
@@ -379,6 +401,18 @@ def _evidence(side: _TextSide, query: query_keyword.KeywordQuery, ids: list[int]
         c = side.cands[cid]
         ev = query_keyword.evidence(query, side.weights, row[4], row[0], c.text_rank, c.bm25)
         c.text, side.first_terms[cid] = ev.score, ev.first_term
+
+
+def _rank_ties_by_place(hits: list[VectorHit], cands: dict[int, fusion.Candidate],
+                        rows: dict[int, tuple[str, str, int, int, str]]) -> None:
+    """Vector ranks with equal scores ordered by place (path, lines), not by row id, so an index
+    rebuilt or replayed from the log ranks exactly as the live one."""
+    def place(hit: VectorHit) -> tuple[float, str, int, int]:
+        row = rows.get(hit.chunk_id)
+        return (-hit.score, *(row[0], row[2], row[3])) if row else (-hit.score, "", 0, 0)
+
+    for rank, hit in enumerate(sorted(hits, key=place), start=1):
+        cands[hit.chunk_id].vector_rank = rank
 
 
 def _read_lines(absolute: Path, path: str) -> list[str]:

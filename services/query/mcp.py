@@ -46,9 +46,6 @@ def _call(func: Any, model: type, **arguments: Any) -> dict[str, Any]:
         raise ToolError(f"bad_request: {validation_problems(exc)}") from exc
 
 
-def build_server(settings: Settings, agent_id: str, service: QueryService | None = None) -> MCPServer:
-    service = service or QueryService(settings)
-    query = settings.agent(agent_id).memory_search.query  # unknown agent → UnknownAgent, before serving
 class _Server(MCPServer):
     """The SDK's server, with tool errors as documented: ``<code>: <message>``. The SDK words a
     failed call ``Error executing tool NAME: …`` and argument validation as raw pydantic text
@@ -68,6 +65,9 @@ class _Server(MCPServer):
             raise
 
 
+def build_server(settings: Settings, agent_id: str, service: QueryService | None = None) -> MCPServer:
+    service = service or QueryService(settings)
+    query = settings.agent(agent_id).memory_search.query  # unknown agent → UnknownAgent, before serving
     server = _Server(name="memoryd", instructions=INSTRUCTIONS)
 
     def memory_search(
@@ -79,9 +79,11 @@ class _Server(MCPServer):
         = None,
         before: Annotated[str | None, Field(description="Only daily notes dated on or before this day, YYYY-MM-DD")]
         = None,
+        asOf: Annotated[str | None, Field(description="Search memory as it was at this moment: an ISO date or "
+                                                      "time (2026-03-03, 2026-03-03T12:00:00Z)")] = None,
     ) -> dict[str, Any]:
         return _call(lambda r: service.search(agent_id, r), SearchRequest, query=query, maxResults=maxResults,
-                     minScore=minScore, source=source, after=after, before=before)
+                     minScore=minScore, source=source, after=after, before=before, asOf=asOf)
 
     def memory_get(**arguments: Any) -> dict[str, Any]:
         return _call(lambda r: service.get(agent_id, r), GetRequest, **arguments)

@@ -41,6 +41,9 @@ class SearchRequest(_Wire):
     #: files without a date (MEMORY.md, most extraPath files) are left out when either is set.
     after: dt.date | None = None
     before: dt.date | None = None
+    #: Search the index as it was at this moment (ISO date or time, or a log sequence number),
+    #: replayed from the agent's event log; unset = the live index.
+    as_of: str | None = Field(None, min_length=1, max_length=64)
     explain: bool = False
 
     @model_validator(mode="after")
