@@ -10,9 +10,9 @@ import shutil
 import subprocess
 
 from memoryd.shared.config import AgentConfig
+from memoryd.shared.exceptions import MemorydError
 
 log = logging.getLogger("memoryd.bootstrap")
-from memoryd.shared.exceptions import MemorydError
 
 AGENTS_MD = """# AGENTS.md — how this agent works
 

@@ -8,9 +8,9 @@ import json
 import sys
 from typing import TYPE_CHECKING, get_args
 
-from memoryd.services.cli import remote
 from memoryd.services.cli.text import plural, snippet_lines
-from memoryd.shared.auth import Tokens, is_loopback, tokens_required
+from memoryd.services.query.models import Fusion, GetRequest, GetResponse, SearchRequest, SearchResponse, dump
+from memoryd.shared.config import Settings
 
 if TYPE_CHECKING:
     from memoryd.services.query.engine import QueryService
@@ -82,18 +82,6 @@ def format_search(answer: SearchResponse, query: str | None = None) -> str:
         [f"  WARNING: {answer.warning}"] if answer.warning else [])
     for r in answer.results:
         lines.append(f"{r.score:.3f}  {r.path}:{r.start_line}-{r.end_line}  [{r.source}]")
-def remote_search(args: argparse.Namespace) -> int | None:
-    """The answer of a running server (JSON as it sent it); None: no server, answer here."""
-    return remote.answered(args, "memory_search", remote.search_body(args),
-                           remote.print_json if args.json else lambda a: print(format_search(_response(a), args.query)))
-
-
-def _response(answer: dict) -> SearchResponse:
-    from memoryd.services.query.models import SearchResponse
-
-    return SearchResponse.model_validate(answer)
-
-
         if r.explain:
             e = r.explain
 
@@ -101,8 +89,7 @@ def _response(answer: dict) -> SearchResponse:
                 return "-" if score is None else f"{score:.3f}" + (f" (#{rank})" if rank else "")
 
             lines.append(f"       vector {part(e.vector, e.vector_rank)}  text {part(e.text, e.text_rank)}  "
-                         f"bm25 {'-' if e.bm25 is None else f'{e.bm25:.2f}'}  fused {e.fused:.3f}"
-                         + ("" if e.weight is None else f" (× {e.weight:.3f})"))
+                         f"bm25 {'-' if e.bm25 is None else f'{e.bm25:.2f}'}  fused {e.fused:.3f}")
         lines += ["       " + line for line in snippet_lines(r.snippet, query, r.end_line - r.start_line + 1)]
     return "\n".join(lines)
 
@@ -141,14 +128,3 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     else:
         mcp.run("stdio")
     return 0
-def _tokens_required(settings: Settings, host: str, insecure: bool) -> bool:
-    """Whether the server on ``host`` requires tokens (refused: auth off beyond loopback without --insecure)."""
-    required = tokens_required(host, settings.memoryd.server.auth, insecure)
-    if required and not Tokens(settings.state_dir).issued():
-        print(f"memoryd: listening on {host} with bearer tokens required, and none is issued yet: issue one with "
-              "`memoryd agents token ID` (or `--admin`)", file=sys.stderr)
-    elif not required and not is_loopback(host):
-        print(f"memoryd: WARNING: listening on {host} without requiring tokens (--insecure)", file=sys.stderr)
-    return required
-
-

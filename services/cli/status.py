@@ -72,11 +72,11 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     for agent_id in settings.agent_ids():
         provider, model, embedder = providers.describe(settings.agent(agent_id).memory_search)
         agents[agent_id] = {"workspace": str(settings.agent(agent_id).workspace),
+                            "workspace_missing": not settings.agent(agent_id).workspace.is_dir(),
                             "index_path": str(settings.index_path(agent_id)),
                             "provider": provider, "model": model,
                             **({"provider_cost": PROVIDER_COST[provider]} if provider in PROVIDER_COST else {}),
                             "index": index_counts(settings, agent_id),
-                            "workspace_missing": not settings.agent(agent_id).workspace.is_dir(),
                             "queues": {**idle, **per_agent.get(agent_id, {})} if "error" not in queues else None,
                             **{f"{state}_jobs": [j.as_dict() for j in troubled if j.agent == agent_id
                                                  and j.state == state] for state in ("scheduled", "failed")}}
@@ -92,10 +92,6 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _check(name: str, probe: Any) -> dict[str, Any]:
-    try:
-        return {"check": name, "ok": True, "detail": redact(str(probe()))}
-    except Exception as exc:
 def _index_runs(settings: Settings) -> list[dict[str, Any]]:
     """The `memoryd index` runs in progress, with the counts their progress bar shows."""
     from memoryd.services.cli.index import active_runs
@@ -103,6 +99,10 @@ def _index_runs(settings: Settings) -> list[dict[str, Any]]:
     return active_runs(busmod.Bus(redis_server.connect(redis_server.redis_url(settings)), settings))
 
 
+def _check(name: str, probe: Any) -> dict[str, Any]:
+    try:
+        return {"check": name, "ok": True, "detail": redact(str(probe()))}
+    except Exception as exc:
         fix = getattr(exc, "args", [""])[0] if isinstance(exc, MemorydError) else f"{exc.__class__.__name__}: {exc}"
         return {"check": name, "ok": False, "detail": redact(str(fix))}
 

@@ -37,8 +37,6 @@ def error_body(code: str, message: str) -> dict:
     return {"error": {"code": code, "message": redact(message)}}
 
 
-def query_router(service: QueryService) -> APIRouter:
-    router = APIRouter(prefix="/v1", tags=["memory"], responses=ERRORS)
 class ErrorDetail(BaseModel):
     code: str = Field(description="Stable machine-readable name, e.g. unknown_agent, path_refused, bad_request")
     message: str = Field(description="What is wrong, with the identifiers and the fix")
@@ -67,6 +65,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+def query_router(service: QueryService) -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["memory"], responses=ERRORS)
 
     @router.post("/agents/{agent}/memory_search", response_model=SearchResponse, response_model_exclude_none=True,
                  summary="Search the agent's memory (vector + keyword, fused)")

@@ -84,6 +84,8 @@ class SearchResponse(_Wire):
     fusion: Fusion
     #: Why the answer is degraded (only when ``mode`` is not what was asked for).
     reason: str | None = None
+    #: Something the caller should know about the answer (the agent's workspace folder is gone).
+    warning: str | None = None
 
 
 class GetRequest(_Wire):
@@ -100,8 +102,6 @@ class GetResponse(_Wire):
     truncated: bool | None = None
     next_from: int | None = None
     note: str | None = None
-    #: Something the caller should know about the answer (the agent's workspace folder is gone).
-    warning: str | None = None
 
 
 class AgentInfo(_Wire):
