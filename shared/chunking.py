@@ -13,13 +13,13 @@ import hashlib
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
 
 import tiktoken
 
 from memoryd.shared.config import Settings
 from memoryd.shared.events import ChunkData, FileChanged, FileChunked, FileDeleted, FileSkipped
-from memoryd.shared.workspace import NotRegularFile, open_regular
+from memoryd.shared.exceptions import PathRefused
+from memoryd.shared.workspace import NotRegularFile, Workspace, open_regular
 
 log = logging.getLogger("memoryd.chunking")
 
@@ -151,10 +151,10 @@ def _skip(event: FileChanged, reason: str, sha: str, size: int, mtime: float) ->
 
 def chunk_file(event: FileChanged, settings: Settings) -> FileChunked | FileSkipped | FileDeleted:
     """Read and chunk the file an event names; what became of it is the returned event."""
-    rel = PurePosixPath(event.rel)
-    if rel.is_absolute() or ".." in rel.parts:
-        return _skip(event, f"path {event.rel!r} leaves its root; refusing to read it", event.sha256, 0, 0.0)
-    absolute = Path(event.root) / rel
+    try:  # only a file of the event's own agent: a payload naming another agent's folder is refused
+        absolute = Workspace(settings.agent(event.agent)).locate(event.root, event.rel, event.path).absolute
+    except PathRefused as exc:
+        return _skip(event, str(exc), event.sha256, 0, 0.0)
     limit = settings.agent(event.agent).memory_search.sync.max_file_bytes
     try:  # a FIFO, socket or device named *.md is refused before a byte is read, without blocking
         fd = open_regular(absolute)

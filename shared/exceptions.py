@@ -29,7 +29,7 @@ class UnknownAgent(MemorydError):
     def __init__(self, agent_id: str, known: list[str]) -> None:
         super().__init__(
             f"unknown agent {agent_id!r}; configured agents: {', '.join(known) or 'none'}. "
-            "Add it to agents.list in the config file or run `memoryd index --agent ID --workspace DIR`."
+            "Add it with `memoryd agents add ID --workspace DIR` (or to agents.list in the config file)."
         )
         self.agent_id = agent_id
 

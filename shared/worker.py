@@ -23,6 +23,7 @@ import os
 import signal
 import socket
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
@@ -37,8 +38,10 @@ from rq.results import Result
 from rq.utils import as_text, now, parse_composite_key
 
 from memoryd.shared import defaults as d
+from memoryd.shared import registry
 from memoryd.shared.bus import JOBS, Bus
-from memoryd.shared.config import Settings, load_settings
+from memoryd.shared.config import Settings, reload_agents
+from memoryd.shared.exceptions import ConfigError
 from memoryd.shared.jobs import RetryScheduler, note_error, release_lock_of, scheduler_lock_holder
 from memoryd.shared.redact import redact
 from memoryd.shared.redis_server import wait_for_redis
@@ -52,7 +55,14 @@ HOST = socket.gethostname()
 class WorkerContext:
     settings: Settings
     redis_bus: Bus | None = None
-    cache: dict[str, Any] = field(default_factory=dict)
+    #: Per-process objects, least recently used first; at most WORKER_MEMO_ENTRIES.
+    cache: OrderedDict[str, Any] = field(default_factory=OrderedDict)
+    registry_stamp: tuple[int, int, int] | None = None
+    #: ``memoryd index`` runs its stages as threads of one process, sharing this context.
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.registry_stamp = registry.stamp(self.settings.state_dir)
 
     @property
     def bus(self) -> Bus:
@@ -61,16 +71,39 @@ class WorkerContext:
         return self.redis_bus
 
     def memo(self, key: str, make: Callable[[], Any]) -> Any:
-        """A per-process object (a provider, an open index) made once."""
-        if key not in self.cache:
-            self.cache[key] = make()
-        return self.cache[key]
+        """A per-process object (a provider, an open index) made once and kept while it is among
+        the WORKER_MEMO_ENTRIES most recently used: one worker serves any number of agents
+        without holding every agent's index open. An evicted object is closed if it can be."""
+        with self.lock:
+            if key in self.cache:
+                self.cache.move_to_end(key)
+                return self.cache[key]
+        value = make()  # outside the lock: loading a model must not hold up the other stages
+        with self.lock:
+            self.cache[key] = value
+            evicted = [self.cache.popitem(last=False)[1] for _ in range(len(self.cache) - d.WORKER_MEMO_ENTRIES)]
+        for old in evicted:
+            _close(old)
+        return value
 
     def ensure_agent(self, agent_id: str) -> None:
-        """Reload the settings when an agent registered after this process started shows up."""
-        if agent_id not in self.settings.agent_ids():
-            self.settings = load_settings(self.settings.source_file, self.settings.state_dir)
-            self.settings.agent(agent_id)  # still unknown: UnknownAgent names the fix
+        """Follow the agent registry: reload the agents when it changed (``memoryd agents add`` /
+        ``remove``, ``memoryd index --workspace``), or when ``agent_id`` is unknown. A removed
+        agent's jobs fail with UnknownAgent; its writer, if open, ages out of :meth:`memo`."""
+        stamp = registry.stamp(self.settings.state_dir)
+        if stamp != self.registry_stamp or agent_id not in self.settings.agent_ids():
+            self.registry_stamp = stamp
+            try:
+                self.settings = reload_agents(self.settings)
+            except ConfigError as exc:  # a hand edit gone wrong: the agents as they were go on
+                log.warning("agent registry not reloaded: %s", exc)
+            self.settings.agent(agent_id)  # unknown (or removed): UnknownAgent names the fix
+
+
+def _close(value: object) -> None:
+    close = getattr(value, "close", None)
+    if callable(close):
+        close()
 
 
 _context: WorkerContext | None = None

@@ -96,6 +96,8 @@ class Workspace:
                 continue
             if any(part.startswith(".") for part in rel.parts) or len(rel.parts) - 1 > d.MAX_DIR_DEPTH:
                 return None
+            if _through_symlink(root.directory, rel.parts[:-1]):
+                return None  # a symlinked folder could lead into another agent's workspace
             path = f"{root.prefix}/{rel.as_posix()}" if root.prefix else rel.as_posix()
             return MemoryFile(path, absolute, root.directory, rel.as_posix(), root.source)
         return None
@@ -197,6 +199,23 @@ class Workspace:
             raise PathRefused(f"path {path!r} is not a memory file of agent {self.agent.id!r}")
         return found
 
+    def locate(self, root: str, rel: str, path: str) -> MemoryFile:
+        """The memory file a pipeline event names by ``root``, ``rel`` and index ``path``, refusing
+        (PathRefused) one that is not this agent's: a root that is not one of its folders, a path
+        that climbs out, a symlinked folder on the way, or an index path that does not match. A
+        job payload cannot make the chunker read another agent's file."""
+        pure = PurePosixPath(rel)
+        if not rel or pure.is_absolute() or ".." in pure.parts:
+            raise PathRefused(f"path {rel!r} leaves its root; refusing to read it")
+        folder = Path(root)
+        if folder != self.directory and folder not in {r.directory for r in self.roots}:
+            raise PathRefused(f"{root} is not a memory folder of agent {self.agent.id!r}; refusing to read {path!r}")
+        found = self.classify(folder / pure)
+        if found is None or found.path != path:
+            raise PathRefused(f"{path!r} is not a memory file of agent {self.agent.id!r} (hidden, too deep, "
+                              "through a symlinked folder, or named differently); refusing to read it")
+        return found
+
     def _candidate(self, pure: PurePosixPath) -> tuple[Path, str] | None:
         text = pure.as_posix()
         if text in ROOT_FILES:
@@ -276,6 +295,18 @@ def _regular(path: Path) -> bool:
     except OSError:
         return False
     return stat.S_ISREG(st.st_mode)
+
+
+def _through_symlink(root: Path, folders: tuple[str, ...]) -> bool:
+    """Whether ``root`` or a folder on the way from it (``folders``) is a symlink."""
+    if root.is_symlink():
+        return True
+    current = root
+    for part in folders:
+        current = current / part
+        if current.is_symlink():
+            return True
+    return False
 
 
 def _inside(child: Path, parent: Path) -> bool:

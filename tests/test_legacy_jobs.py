@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 import redis
-from rq import Queue
 from rq.registry import FailedJobRegistry
 
-from memoryd.shared.bus import JOBS, QUEUES
+from memoryd.shared.bus import JOBS, Bus
 from memoryd.shared.events import FileChanged
 from memoryd.shared.store import IndexReader
 from memoryd.shared.worker import migrate_legacy_jobs, run_worker, set_context
@@ -25,7 +24,7 @@ def test_old_job_names_are_moved_and_then_run(workspace: Path, make_settings, re
     conn = redis.Redis.from_url(redis_url)
     event = FileChanged(agent="main", path="MEMORY.md", seq=int(time.time() * 1e6), root=str(workspace),
                         rel="MEMORY.md", source="memory", sha256="", size=0, mtime=0.0, origin="index")
-    chunk_queue = Queue(QUEUES["chunk"], connection=conn)
+    chunk_queue = Bus(conn, settings).queues["chunk"]
     old = chunk_queue.enqueue("services.chunker.chunk_job", [event.model_dump_json()], job_id="old-chunk")
     unknown = chunk_queue.enqueue("services.gone.job", [], job_id="old-unknown")
 

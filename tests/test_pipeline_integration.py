@@ -27,7 +27,7 @@ def pipeline(workspace: Path, make_settings, redis_url: str, tmp_path: Path):
 def _live(p: Pipeline) -> None:
     """Start every service and wait until the watcher has done its first reconcile."""
     p.start()
-    wait_until(lambda: p.conn.hget("memoryd:reconciled", AGENT), timeout=60)
+    wait_until(lambda: p.conn.hget(p.bus.key("reconciled"), AGENT), timeout=60)
 
 
 def test_new_file_is_searchable(pipeline: Pipeline, workspace: Path) -> None:
@@ -157,10 +157,7 @@ def test_ignores_non_memory_hidden_and_symlinked_files(pipeline: Pipeline, works
 def test_kill9_embedder_and_indexer_then_restart_equals_fresh_rebuild(
     workspace: Path, make_settings, redis_url: str, tmp_path: Path
 ) -> None:
-    from rq import Queue
     from rq.registry import StartedJobRegistry
-
-    from memoryd.shared.bus import QUEUES
 
     with OpenAIStub() as stub:
         stub.set(delay=0.5)  # each embedding call takes a while: the embedder dies mid-batch
@@ -171,8 +168,7 @@ def test_kill9_embedder_and_indexer_then_restart_equals_fresh_rebuild(
             for i in range(120):
                 (workspace / "memory" / f"note-{i:03d}.md").write_text(
                     "\n".join(f"note {i} fact {j}: the {j}th detail of project {i}" for j in range(40)))
-            embed_q = Queue(QUEUES["embed"], connection=p.conn)
-            index_q = Queue(QUEUES["index"], connection=p.conn)
+            embed_q, index_q = p.bus.bulk["embed"], p.bus.bulk["index"]  # a reconcile's files
             p.start()
             wait_until(lambda: StartedJobRegistry(queue=embed_q).count > 0, timeout=60, interval=0.005)
             p.kill9("embed")

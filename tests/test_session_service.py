@@ -11,12 +11,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import redis
-from rq import Queue
 
 from memoryd.services.session.policy import Thresholds
 from memoryd.services.session.service import NewMessage
 from memoryd.services.session.transcript import Message, Transcript
-from memoryd.shared.bus import QUEUES
+from memoryd.shared.bus import Bus
 from memoryd.shared.chunking import count_tokens
 from tests.session_support import sessions, words
 from tests.support import wait_until
@@ -89,5 +88,5 @@ def test_concurrent_appends_across_the_boundary_request_one_flush_and_one_compac
     assert sum(r["compactionRequested"] for r in results) == 1
     flushes = [e for e in Transcript.of(workspace, "shared").read() if e.type == "flush_requested"]
     assert len(flushes) == 1 and flushes[0].tokens == 27_000  # exactly at 30,000 − 2,000 − 1,000
-    queued = Queue(QUEUES["session"], connection=redis.Redis.from_url(redis_url)).jobs
+    queued = Bus(redis.Redis.from_url(redis_url), settings).queues["session"].jobs
     assert sorted(j.func_name.rsplit(".", 1)[1] for j in queued) == ["compact_job", "flush_job"]

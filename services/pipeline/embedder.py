@@ -83,9 +83,9 @@ def _pending(ctx: WorkerContext, job_id: str) -> bool:
 def schedule_backfills(ctx: WorkerContext) -> None:
     """Queue a backfill for every agent whose index has chunks without vectors."""
     for agent in ctx.bus.agents_missing_vectors():
-        job_id = f"backfill-{agent}"  # at most one backfill queued per agent
+        job_id = ctx.bus.job_id(f"backfill-{agent}")  # at most one backfill queued per agent
         if not _pending(ctx, job_id):
-            ctx.bus.enqueue("backfill", agent, job_id=job_id)
+            ctx.bus.enqueue("backfill", agent, job_id=job_id, bulk=True)
 
 
 def backfill_scheduler(ctx: WorkerContext) -> Periodic:

@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -59,6 +60,23 @@ class AgentWatch(FileSystemEventHandler):
         self.emitted: dict[str, str] = {}  # path → sha last emitted ("" = deleted)
         self.lock = threading.Lock()
         self.reconcile_wanted = threading.Event()
+        #: The edit lane's budget (shared/bus.py): files this agent may still put on it now.
+        self.edit_budget = d.EDIT_LANE_FILES_PER_SECOND
+        self.budget_at = time.monotonic()
+        self.bulk_batch: list[FileChanged] = []  # settled files for the bulk lane, sent by flush()
+
+    def edit_lane(self) -> bool:
+        """Whether one more settled file may take the edit lane: at most EDIT_LANE_FILES_PER_SECOND
+        a second (as many at once). Past it the agent is importing or copying files, which go on
+        the bulk lane, so one agent's flood never delays another agent's edit."""
+        now = time.monotonic()
+        rate = d.EDIT_LANE_FILES_PER_SECOND
+        self.edit_budget = min(rate, self.edit_budget + (now - self.budget_at) * rate)
+        self.budget_at = now
+        if self.edit_budget < 1:
+            return False
+        self.edit_budget -= 1
+        return True
 
     # --- watchdog callbacks (observer thread) -----------------------------------------
     def on_any_event(self, event: FileSystemEvent) -> None:
@@ -104,18 +122,32 @@ class AgentWatch(FileSystemEventHandler):
             return
         if self.emitted.get(found.path) == event.sha256:
             return  # touched, not changed
+        if not self.edit_lane():
+            self.bulk_batch.append(event)
+            return
         self.bus.emit("chunk", [event])
         self.emitted[found.path] = event.sha256
 
-    def reconcile(self) -> tuple[int, int]:
-        """Emit every file whose sha256 differs from the index, delete what is gone. → (changed, deleted)."""
+    def flush(self) -> None:
+        """Send the settled files held for the bulk lane, FILES_PER_CHUNK_JOB to a job."""
+        while self.bulk_batch:
+            batch = self.bulk_batch[:d.FILES_PER_CHUNK_JOB]
+            self.bus.emit("chunk", batch, bulk=True)
+            del self.bulk_batch[:len(batch)]
+            self.emitted.update((e.path, e.sha256) for e in batch)
+
+    def reconcile(self, between: Callable[[], None] | None = None) -> tuple[int, int]:
+        """Emit every file whose sha256 differs from the index, delete what is gone. → (changed, deleted).
+
+        ``between`` is called after every FILES_PER_CHUNK_JOB files: the watcher settles the
+        other agents' edits there, so reconciling a 10,000-file import does not hold them up."""
         indexed = indexed_hashes(self.settings, self.agent_id)
         changed: list[FileChanged] = []
         survey = self.workspace.survey()
         present = {s.path for s in survey.skipped}
         skipped = [skipped_event(self.agent_id, s, self.bus.next_seq(self.agent_id))
                    for s in survey.skipped if indexed.get(s.path) != ""]  # "" = recorded as skipped already
-        for found in survey.files:
+        for n, found in enumerate(survey.files, start=1):
             present.add(found.path)
             event = changed_event(self.bus, self.agent_id, found, origin="reconcile")
             if event is not None and indexed.get(found.path) != event.sha256:
@@ -123,13 +155,17 @@ class AgentWatch(FileSystemEventHandler):
                 self.emitted[found.path] = event.sha256
             elif event is not None:
                 self.emitted[found.path] = event.sha256
+            if between is not None and n % d.FILES_PER_CHUNK_JOB == 0:
+                between()
         for start in range(0, len(changed), d.FILES_PER_CHUNK_JOB):
-            self.bus.emit("chunk", changed[start:start + d.FILES_PER_CHUNK_JOB])
+            self.bus.emit("chunk", changed[start:start + d.FILES_PER_CHUNK_JOB], bulk=True)
+            if between is not None:
+                between()
         gone = [FileDeleted(agent=self.agent_id, path=p, seq=self.bus.next_seq(self.agent_id), origin="reconcile")
                 for p in sorted(set(indexed) - present)]
         for p in gone:
             self.emitted[p.path] = ""
-        self.bus.emit("index", [*skipped, *gone])
+        self.bus.emit("index", [*skipped, *gone], bulk=True)
         self.bus.note_reconciled(self.agent_id)
         if changed or gone or skipped:
             log.info("agent %s: reconcile emitted %d changed, %d deleted, %d skipped", self.agent_id, len(changed),
@@ -214,10 +250,16 @@ class Watcher:
         for w in list(self.watches.values()):
             if now >= self.next_reconcile[w.agent_id] or w.reconcile_wanted.is_set():
                 w.reconcile_wanted.clear()
-                w.reconcile()
+                w.reconcile(between=self.settle_due)
                 self.next_reconcile[w.agent_id] = time.monotonic() + w.reconcile_every
+        self.settle_due()
+
+    def settle_due(self) -> None:
+        """Emit every agent's files that have settled."""
+        for w in list(self.watches.values()):
             for path in w.due():
                 w.settle(path)
+            w.flush()
 
 
 def run(settings: Settings, bus: Bus, stop: threading.Event | None = None) -> None:

@@ -9,9 +9,10 @@ The paths are built here from a date and a slug, never taken from model output, 
 neither ``memory/`` nor the file may be a symlink: nothing else in the workspace —
 MEMORY.md, SOUL.md, AGENTS.md — can be reached through these functions.
 
-Secrets stay out of memory (SPEC §8): :func:`redact` replaces private keys, well-known
-API-token shapes and the value after ``password:`` / ``token =`` / ``api key is`` … with
-``[redacted]`` before anything is written. It is a pattern list, not a guarantee.
+Secrets stay out of memory (SPEC §8): ``memoryd.shared.secrets.redact`` replaces private
+keys, well-known API-token shapes and the value after ``password:`` / ``token =`` /
+``api key is`` … with ``[redacted]`` before anything is written. It is a pattern list, not
+a guarantee.
 """
 
 from __future__ import annotations
@@ -26,25 +27,12 @@ from datetime import date
 from pathlib import Path
 
 from memoryd.shared.exceptions import PathRefused
+from memoryd.shared.secrets import redact
 
 MEMORY_DIR = "memory"
 #: Slugs are file-name parts: short, lowercase, hyphenated.
 MAX_SLUG_CHARS = 40
-REDACTED = "[redacted]"
-_SECRETS = [
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.DOTALL),
-    re.compile(r"\b(?:sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
-               r"|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{35})"),
-]
-_LABELLED = re.compile(r"(?i)\b(password|passwd|passphrase|secret|token|api[ _-]?key|access[ _-]?key)"
-                       r"(\s*(?:is\s+|[:=]\s*))([^\s,;]+)")
 _APPEND = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def redact(text: str) -> str:
-    for pattern in _SECRETS:
-        text = pattern.sub(REDACTED, text)
-    return _LABELLED.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
 
 
 def memory_dir(workspace: Path) -> Path:

@@ -53,6 +53,7 @@ from memoryd.services.session.transcript import (
     segment,
 )
 from memoryd.services.session.transcript import FlushRequested as FlushRequestedEntry
+from memoryd.shared.agents import LiveSettings
 from memoryd.shared.bus import Bus
 from memoryd.shared.chunking import count_tokens
 from memoryd.shared.config import AgentConfig, Settings
@@ -107,10 +108,15 @@ class Sessions:
     """Every session operation; built per process with the settings, the bus and a clock."""
 
     def __init__(self, settings: Settings, bus: Bus, *, clock: Clock = local_now, llm: Llm | None = None) -> None:
-        self.settings = settings
+        self._agents = LiveSettings(settings)
         self.bus = bus
         self.clock = clock
         self.llm = llm or make_llm(settings.memoryd.llm)
+
+    @property
+    def settings(self) -> Settings:
+        """The settings with the agent registry as it is now: agents added or removed while running."""
+        return self._agents.current()
 
     def _open(self, agent_id: str, session: str) -> tuple[AgentConfig, Transcript]:
         agent = self.settings.agent(agent_id)
@@ -120,7 +126,7 @@ class Sessions:
         """True once per ``key`` while a job for it can still be pending or retrying."""
         m = self.settings.memoryd
         ttl = m.job_timeout_seconds * (m.job_retries + 2)
-        return bool(self.bus.conn.set(f"memoryd:session-claim:{key}", 1, nx=True, ex=ttl))
+        return bool(self.bus.conn.set(self.bus.key("session-claim", key), 1, nx=True, ex=ttl))
 
     # --- appending ------------------------------------------------------------------------
     def append(self, agent_id: str, session: str, new: NewMessage) -> dict[str, Any]:
@@ -154,11 +160,11 @@ class Sessions:
         if flush is not None:
             self.bus.log([FlushRequested(agent=agent_id, session=session, tokens=tokens, compaction_count=cycle)])
             self.bus.enqueue("flush", agent_id, session, cycle,
-                             job_id=f"flush-{agent_id}-{session}-{seg.resets}-{cycle}")
+                             job_id=self.bus.job_id(f"flush-{agent_id}-{session}-{seg.resets}-{cycle}"))
         compact = tokens >= thresholds.compact and self._claim(f"{agent_id}:{session}:{seg.resets}:{cycle}")
         if compact:
             self.bus.enqueue("compact", agent_id, session, cycle,
-                             job_id=f"compact-{agent_id}-{session}-{seg.resets}-{cycle}")
+                             job_id=self.bus.job_id(f"compact-{agent_id}-{session}-{seg.resets}-{cycle}"))
         return {"entry": as_json(message), "tokens": tokens, "compactionCount": cycle,
                 "flushRequested": flush is not None, "compactionRequested": compact,
                 "reset": reset.reason if reset else None}
@@ -299,7 +305,8 @@ class Sessions:
         log.info("session %s/%s reset (%s)", agent_id, session, reset.reason)
         if inline:
             return self.save_session_memory(agent_id, session, reset.id)
-        self.bus.enqueue("session_memory", agent_id, session, reset.id, job_id=f"note-{agent_id}-{session}-{reset.id}")
+        self.bus.enqueue("session_memory", agent_id, session, reset.id,
+                         job_id=self.bus.job_id(f"note-{agent_id}-{session}-{reset.id}"))
         return []
 
     def save_session_memory(self, agent_id: str, session: str, reset_id: str) -> list[str]:

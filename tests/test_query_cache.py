@@ -1,0 +1,85 @@
+"""Nothing grows with the number of agents: the query service keeps at most
+``maxOpenIndexes`` agent indexes open within ``cacheMegabytes``, and a worker at most
+WORKER_MEMO_ENTRIES per-agent objects; what falls out is closed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+
+from memoryd.services.query.cache import CONNECTION_BYTES, footprint
+from memoryd.services.query.engine import AgentIndex, QueryService
+from memoryd.services.query.models import SearchRequest
+from memoryd.shared import defaults as d
+from memoryd.shared.config import Settings, load_settings
+from memoryd.shared.indexing import index_now
+from memoryd.shared.worker import WorkerContext
+
+AGENTS = [f"agent{i}" for i in range(8)]
+
+
+def _many_agents(tmp_path: Path, **query: int) -> Settings:
+    entries = []
+    for agent in AGENTS:
+        ws = tmp_path / agent
+        (ws / "memory").mkdir(parents=True)
+        (ws / "MEMORY.md").write_text(f"{agent} keeps notes about the lighthouse {agent}\n" * 40)
+        entries.append({"id": agent, "workspace": str(ws)})
+    config = tmp_path / "memoryd.json"
+    config.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"provider": "hash"}}, "list": entries},
+                                  "memoryd": {"stateDir": str(tmp_path / "state"), "query": query}}))
+    settings = load_settings(config, state_dir=tmp_path / "state")
+    for agent in AGENTS:
+        index_now(settings, agent)
+    return settings
+
+
+def _search_each(service: QueryService) -> dict[str, AgentIndex]:
+    """Search every agent in turn; → the index each search used."""
+    used = {}
+    for agent in AGENTS:
+        assert service.search(agent, SearchRequest(query="lighthouse")).results
+        used[agent] = service.index(agent)  # the one that served it, still the most recent
+    return used
+
+
+def test_at_most_max_open_indexes_stay_open(tmp_path: Path) -> None:
+    service = QueryService(_many_agents(tmp_path, maxOpenIndexes=3))
+    held = _search_each(service)
+    assert sorted(a for a, index in held.items() if index.conn is not None) == AGENTS[-3:]
+    fds = psutil.Process().num_fds()
+    for _ in range(3):
+        _search_each(service)  # every agent again, reopened in turn
+    assert psutil.Process().num_fds() <= fds
+    service.close()
+    assert all(index.conn is None for index in held.values())
+
+
+def test_the_memory_budget_closes_the_least_recently_used(tmp_path: Path) -> None:
+    service = QueryService(_many_agents(tmp_path, cacheMegabytes=5))  # room for two of these indexes
+    held = _search_each(service)
+    sizes = [footprint(index) for index in held.values() if index.conn is not None]
+    assert len(sizes) == 2 and all(size > CONNECTION_BYTES for size in sizes)  # page cache + vectors
+    assert held[AGENTS[-1]].conn is not None and held[AGENTS[0]].conn is None
+    assert service.search(AGENTS[0], SearchRequest(query="lighthouse")).results  # reopened on demand
+
+
+def test_a_worker_keeps_a_bounded_number_of_per_agent_objects(tmp_path: Path) -> None:
+    closed: list[str] = []
+
+    class Writer:
+        def __init__(self, agent: str) -> None:
+            self.agent = agent
+
+        def close(self) -> None:
+            closed.append(self.agent)
+
+    ctx = WorkerContext(settings=load_settings(state_dir=tmp_path))
+    agents = [f"agent{i}" for i in range(d.WORKER_MEMO_ENTRIES + 10)]
+    for agent in agents:
+        ctx.memo(f"writer:{agent}", lambda agent=agent: Writer(agent))
+        ctx.memo("writer:agent0", lambda: Writer("never made again"))  # a busy agent stays
+    assert len(ctx.cache) == d.WORKER_MEMO_ENTRIES
+    assert closed == agents[1:11] and "writer:agent0" in ctx.cache
