@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import edits  # noqa: E402 - bench/edits.py, beside this script
 import redis as redis_client  # noqa: E402
 from rq import SimpleWorker  # noqa: E402
 
@@ -134,8 +135,6 @@ def bulk(tmp: Path, redis: str, provider: str, files: int, lines: int) -> dict:
     }
 
 
-def latency(tmp: Path, redis: str, edits: int) -> dict:
-    name = "latency"
 def _peak_rss(proc: subprocess.Popen[bytes]) -> int:
     """Sample the resident memory of ``proc`` and its children until it exits; → the peak sum, bytes."""
     import psutil
@@ -146,6 +145,25 @@ def _peak_rss(proc: subprocess.Popen[bytes]) -> int:
             peak = max(peak, sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]))
         time.sleep(0.05)
     return peak
+
+
+_MODEL_RSS = """
+import json, resource, sys
+from memoryd.shared.config import LocalSettings
+from memoryd.shared.providers import LocalProvider
+texts = json.load(open(sys.argv[1]))
+LocalProvider(LocalSettings(batch_size=int(sys.argv[2]))).embed_chunks(texts)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def model_rss(texts: list[str], batch: int, tmp: Path) -> float:
+    """Peak RSS (MB) of a process that only loads the local model and embeds ``texts`` ``batch`` windows at a time."""
+    path = tmp / "model-rss-texts.json"
+    path.write_text(json.dumps(texts))
+    out = subprocess.run([sys.executable, "-c", _MODEL_RSS, str(path), str(batch)], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    return round(int(out.stdout.strip()) / 2**20, 1)
 
 
 def index_local(tmp: Path, redis: str, files: int, lines: int) -> dict:
@@ -160,28 +178,40 @@ def index_local(tmp: Path, redis: str, files: int, lines: int) -> dict:
     workspace = tmp / name
     _write_corpus(workspace, files, lines)
     cfg = _config(tmp, name, workspace, "local", 1500, redis)
+    settings = load_settings(cfg)
+    texts = [c.text for p in sorted((workspace / "memory").glob("*.md"))
+             for c in Chunker.from_settings(settings, name).chunk(p.read_text(encoding="utf-8"))]
+    sample = texts[::max(len(texts) // 150, 1)]
+    model = providers.resolve(settings.agent(name).memory_search)[0]
+    model.embed_chunks(texts[:2])  # loaded and warm: only encoding is timed
+
+    def in_process_rate() -> float:
+        start = time.monotonic()
+        model.embed_chunks(sample)
+        return len(sample) / (time.monotonic() - start)
+
+    before = in_process_rate()  # the machine's load drifts: the model alone just before and just after
     env = dict(os.environ, MEMORYD_CONFIG=str(cfg))
     proc = subprocess.Popen([sys.executable, "-m", "memoryd.services.cli", "index", "--agent", name, "--json"],
                             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     peak = _peak_rss(proc)
     first = json.loads(proc.stdout.read() if proc.stdout else b"{}")
     children_maxrss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # the largest child, bytes
-    settings = load_settings(cfg)
-    texts = [c.text for p in sorted((workspace / "memory").glob("*.md"))
-             for c in Chunker.from_settings(settings, name).chunk(p.read_text(encoding="utf-8"))]
-    model = providers.resolve(settings.agent(name).memory_search)[0]
-    model.embed_chunks(texts[:2])  # loaded and warm: only encoding is timed
-    start = time.monotonic()
-    model.embed_chunks(texts)
-    inline_rate = len(texts) / (time.monotonic() - start)
+    after = in_process_rate()
+    inline_rate = (before + after) / 2
     rate = first["chunks"] / first["seconds"]
     return {"files": first["files"], "chunks": first["chunks"], "seconds": first["seconds"],
             "chunks_per_s": round(rate, 2), "in_process_model_chunks_per_s": round(inline_rate, 2),
+            "in_process_before_after": [round(before, 2), round(after, 2)],
             "end_to_end_vs_in_process": round(rate / inline_rate, 3),
             "peak_rss_mb": round(peak / 2**20, 1), "max_rss_of_one_process_mb": round(children_maxrss / 2**20, 1),
-            "batch_windows": settings.agent(name).memory_search.local.batch_size}
+            "batch_windows": settings.agent(name).memory_search.local.batch_size,
+            # where the memory goes: the model alone on 200 of these chunks, 32 (0.1's batch) and 8 windows per run
+            "model_only_peak_rss_mb": {f"batch_{b}": model_rss(texts[:200], b, tmp) for b in (32, 8)}}
 
 
+def latency(tmp: Path, redis: str, edits: int) -> dict:
+    name = "latency"
     workspace = tmp / name
     _write_corpus(workspace, 5, 60)
     cfg = _config(tmp, name, workspace, "local", 1500, redis)
@@ -241,11 +271,11 @@ def main() -> None:
         "bulk_noop": ("noop", lambda tmp, url: bulk(tmp, url, "none", args.files, 80)),
         "bulk_hash": ("hash", lambda tmp, url: bulk(tmp, url, "hash", args.files, 80)),
         "bulk_local": ("local", lambda tmp, url: bulk(tmp, url, "local", args.local_files, 80)),
-    }
-    with tempfile.TemporaryDirectory() as d:
         "index_local": ("index", lambda tmp, url: index_local(tmp, url, args.index_files, 8)),
         # one line inserted, deleted or appended in a 2,000-line file: chunks embedded, rows rewritten
         "edits": ("edits", lambda tmp, url: edits.measure(tmp, positions=20)),
+    }
+    with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         redis = start_private_redis(tmp)
         try:

@@ -11,9 +11,8 @@ from typing import Any
 
 import redis
 
-from memoryd.shared.bus import Bus
 from memoryd.shared.config import Settings
-from memoryd.shared.events import parse_event
+from memoryd.shared.eventlog import EventLog, hydrate, log_dir, read
 from memoryd.shared.exceptions import IndexMissing
 from memoryd.shared.store import IndexReader
 from tests.support import wait_until
@@ -38,7 +37,6 @@ class Pipeline:
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.conn = redis.Redis.from_url(redis_url)
-        self.bus = Bus(self.conn, settings)  # this installation's queue names and keys
 
     def env(self) -> dict[str, str]:
         return dict(os.environ, REDIS_URL=self.redis_url, MEMORYD_CONFIG=str(self.config))
@@ -75,13 +73,14 @@ class Pipeline:
 
     # --- looking at the results ----------------------------------------------------------
     def events(self, agent: str, type_: str, path: str | None = None) -> list[Any]:
-        out = []
-        for _, fields in self.conn.xrange(self.bus.key("log", agent)):
-            if fields[b"type"].decode() == type_:
-                event = parse_event(fields[b"event"])
-                if path is None or getattr(event, "path", None) == path:
-                    out.append(event)
-        return out
+        """The agent's logged events of ``type_`` (on ``path``), from its log on disk, oldest first."""
+        stores = EventLog(self.settings)
+        try:
+            return [hydrate(r.event, stores.content(agent), stores.vectors)
+                    for r in read(log_dir(self.settings, agent))
+                    if r.type == type_ and (path is None or r.path == path)]
+        finally:
+            stores.close()
 
     def query(self, agent: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:
@@ -105,9 +104,13 @@ class Pipeline:
         return sorted({r[0] for r in rows})
 
     def drained(self) -> bool:
+        from rq import Queue
         from rq.registry import StartedJobRegistry
 
-        for q in (q for stage in ("chunk", "embed", "index") for q in self.bus.lanes(stage)):
+        from memoryd.shared.bus import QUEUES
+
+        for name in (QUEUES["chunk"], QUEUES["embed"], QUEUES["index"]):
+            q = Queue(name, connection=self.conn)
             if q.count or StartedJobRegistry(queue=q).count:
                 return False
         return True

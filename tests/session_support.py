@@ -11,6 +11,7 @@ from memoryd.services.session.service import Sessions
 from memoryd.shared.bus import Bus
 from memoryd.shared.chunking import count_tokens
 from memoryd.shared.config import Settings, load_settings
+from memoryd.shared.eventlog import log_dir, read
 from memoryd.shared.worker import run_worker
 
 __all__ = ["UTC", "Clock", "drain", "lines", "llm_extra", "logged", "sessions", "words"]
@@ -49,10 +50,8 @@ def drain(settings: Settings, url: str) -> None:
 
 
 def logged(url: str, agent: str = "main") -> list[str]:
-    """Event types in the agent's log stream, oldest first (the test's state dir names the stream)."""
-    conn = redis.Redis.from_url(url)
-    key = Bus(conn, load_settings()).key("log", agent)
-    return [fields[b"type"].decode() for _, fields in conn.xrange(key)]
+    """Event types in the agent's log on disk (under the test's state dir), oldest first."""
+    return [record.type for record in read(log_dir(load_settings(), agent))]
 
 
 def llm_extra(base_url: str) -> dict:

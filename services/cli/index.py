@@ -63,13 +63,14 @@ def _pid_alive(pid: int) -> bool:
 
 
 def live_stages(bus: busmod.Bus) -> set[str]:
-    """The pipeline stages that have a registered worker which is not known to be dead."""
+    """The pipeline stages that have a running service worker (not a `memoryd index` thread, not dead)."""
     found = set()
     for stage in PIPELINE:
         for worker in SimpleWorker.all(queue=bus.queues[stage]):
-            here = worker.hostname == HOST and bool(worker.pid)
-            if here and (worker.pid == os.getpid() or not _pid_alive(worker.pid)):
-                continue  # this process's own thread, or a worker of this host killed without a goodbye
+            if worker.name.startswith(f"memoryd-{stage}-index."):
+                continue  # a thread of a `memoryd index`: it stops when its own run is done
+            if worker.hostname == HOST and worker.pid and not _pid_alive(worker.pid):
+                continue  # a worker of this host killed without a goodbye
             found.add(stage)
     return found
 
@@ -95,7 +96,7 @@ class LocalStages:
         self.threads = [threading.Thread(target=self._work, args=(stage,), name=f"memoryd-{stage}", daemon=True)
                         for stage in PIPELINE]
         queues = [q for stage in PIPELINE for q in bus.lanes(stage)]
-        self.retries = jobs.RetryScheduler(queues, f"{worker_name('index')}.retries")
+        self.retries = jobs.RetryScheduler(queues, worker_name("retries-index"))  # a name the orphan sweep parses
 
     def start(self) -> LocalStages:
         for thread in self.threads:
@@ -111,7 +112,7 @@ class LocalStages:
                 chain_for(context(), self.agent)
         while not self.stop.is_set():
             try:
-                worker = _ThreadWorker(lanes, connection=self.bus.conn, name=worker_name(stage),
+                worker = _ThreadWorker(lanes, connection=self.bus.conn, name=worker_name(f"{stage}-index"),
                                        exception_handlers=[jobs.note_error])
                 # idle for a second: the loop ends, and a stop request is seen
                 worker.work(burst=False, max_idle_time=1, logging_level="CRITICAL")  # failures: see follow()

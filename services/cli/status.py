@@ -6,7 +6,6 @@ import argparse
 import json
 from typing import Any
 
-from memoryd.services.cli.hygiene import secrets_check, transcripts_check
 from memoryd.services.cli.jobs import failed_listing
 from memoryd.shared import bus as busmod
 from memoryd.shared import jobs, providers, redis_server, sqlitedb
@@ -25,10 +24,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="list the failed jobs (retries spent): id, agent, stage, error, when")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("doctor", parents=[common],
-                       help="check Redis, sqlite-vec, tokenizer, provider, and each agent's memory hygiene")
+    p = sub.add_parser("doctor", parents=[common], help="check Redis, sqlite-vec, tokenizer and provider")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--agent", help="check only this agent's workspace (secrets in memory, transcripts in git)")
     p.set_defaults(func=cmd_doctor)
 
 
@@ -75,11 +72,11 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     for agent_id in settings.agent_ids():
         provider, model, embedder = providers.describe(settings.agent(agent_id).memory_search)
         agents[agent_id] = {"workspace": str(settings.agent(agent_id).workspace),
+                            "workspace_missing": not settings.agent(agent_id).workspace.is_dir(),
                             "index_path": str(settings.index_path(agent_id)),
                             "provider": provider, "model": model,
                             **({"provider_cost": PROVIDER_COST[provider]} if provider in PROVIDER_COST else {}),
                             "index": index_counts(settings, agent_id),
-                            "workspace_missing": not settings.agent(agent_id).workspace.is_dir(),
                             "queues": {**idle, **per_agent.get(agent_id, {})} if "error" not in queues else None,
                             **{f"{state}_jobs": [j.as_dict() for j in troubled if j.agent == agent_id
                                                  and j.state == state] for state in ("scheduled", "failed")}}
@@ -95,10 +92,6 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _check(name: str, probe: Any) -> dict[str, Any]:
-    try:
-        return {"check": name, "ok": True, "detail": redact(str(probe()))}
-    except Exception as exc:
 def _index_runs(settings: Settings) -> list[dict[str, Any]]:
     """The `memoryd index` runs in progress, with the counts their progress bar shows."""
     from memoryd.services.cli.index import active_runs
@@ -106,6 +99,10 @@ def _index_runs(settings: Settings) -> list[dict[str, Any]]:
     return active_runs(busmod.Bus(redis_server.connect(redis_server.redis_url(settings)), settings))
 
 
+def _check(name: str, probe: Any) -> dict[str, Any]:
+    try:
+        return {"check": name, "ok": True, "detail": redact(str(probe()))}
+    except Exception as exc:
         fix = getattr(exc, "args", [""])[0] if isinstance(exc, MemorydError) else f"{exc.__class__.__name__}: {exc}"
         return {"check": name, "ok": False, "detail": redact(str(fix))}
 
@@ -150,12 +147,11 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
         _check("provider", provider_probe),
         _check("state dir", state_probe),
     ]
-    for agent_id in [settings.agent(args.agent).id] if args.agent else settings.agent_ids():
+    for agent_id in settings.agent_ids():
         ws = settings.agent(agent_id).workspace
         checks.append({"check": f"workspace {agent_id}", "ok": True,
                        "detail": f"{ws}" + ("" if ws.exists() else " (missing: `memoryd up` creates it)")})
         checks += language_check(settings, agent_id)
-        checks += [c for c in (secrets_check(settings, agent_id), transcripts_check(settings, agent_id)) if c]
     if args.json:
         print(json.dumps({"ok": all(c["ok"] for c in checks), "checks": checks}, indent=2))
     else:

@@ -28,7 +28,6 @@ from typing import Any
 
 from memoryd.services.query import fusion, ranking
 from memoryd.services.query import keyword as query_keyword
-from memoryd.services.query.cache import IndexCache
 from memoryd.services.query.embedder import Embedded, QueryEmbedder, Vectors, VectorSide, settle
 from memoryd.services.query.models import (
     SNIPPET_MAX_CHARS,
@@ -41,11 +40,11 @@ from memoryd.services.query.models import (
     SearchResponse,
     SearchResult,
 )
-from memoryd.services.query.vectors import VectorMatrix, single_blas_thread
+from memoryd.services.query.vectors import VectorHit, VectorMatrix, single_blas_thread
 from memoryd.shared import providers, sqlitedb
-from memoryd.shared.agents import LiveSettings
 from memoryd.shared.config import AgentConfig, Settings
 from memoryd.shared.exceptions import ConfigError, IndexMissing, MemoryFileMissing, PathRefused
+from memoryd.shared.replay import as_of_index
 from memoryd.shared.store import META_DIMS, META_EMBEDDER, META_GENERATION
 from memoryd.shared.workspace import NotRegularFile, Workspace, open_regular
 
@@ -160,37 +159,44 @@ class _Late:
 
 class QueryService:
     def __init__(self, settings: Settings) -> None:
-        #: The agents follow the registry (``memoryd agents add/remove``) without a restart.
-        self._live = LiveSettings(settings)
-        self._seen = settings
-        budget = settings.memoryd.query
-        self._indexes = IndexCache(lambda agent_id: AgentIndex(self.settings.index_path(agent_id)),
-                                   budget.cache_megabytes * 1024 * 1024, budget.max_open_indexes)
-        #: Provider chains by memorySearch configuration: as many as there are configurations, not agents.
+        self.settings = settings
+        self._indexes: dict[str, AgentIndex] = {}
         self._providers: dict[str, list[providers.Provider]] = {}
         self._lock = threading.Lock()
         #: Query embeddings: cached, one thread per provider endpoint (services/query/embedder.py).
         self._embeddings = QueryEmbedder()
         #: One thread scans the vectors beside the keyword side, while the search holds its snapshot.
         self._scans = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memoryd-scan")
+        #: Indexes of past moments (``asOf``) replayed from the log, most recently used last.
+        self._past: dict[Path, AgentIndex] = {}
         single_blas_thread()
 
     # --- agents ------------------------------------------------------------------------
-    @property
-    def settings(self) -> Settings:
-        """The settings with the registry as it is now; a removed agent's index is closed."""
-        current = self._live.current()
-        if current is not self._seen:
-            self._seen = current
-            self._indexes.retain(set(current.agent_ids()))
-        return current
-
     def agent(self, agent_id: str) -> AgentConfig:
         return self.settings.agent(agent_id)
 
     def index(self, agent_id: str) -> AgentIndex:
         self.agent(agent_id)  # unknown agent → UnknownAgent
-        return self._indexes.get(agent_id)
+        with self._lock:
+            if agent_id not in self._indexes:
+                self._indexes[agent_id] = AgentIndex(self.settings.index_path(agent_id))
+            return self._indexes[agent_id]
+
+    def _index_at(self, agent_id: str, as_of: str | None) -> AgentIndex:
+        """The live index, or the index as it was at ``as_of``, replayed from the agent's log once
+        per distinct state (``memoryd.shared.replay.as_of_index``) and kept open while recent."""
+        if as_of is None:
+            return self.index(agent_id)
+        self.agent(agent_id)
+        path = as_of_index(self.settings, agent_id, as_of)
+        with self._lock:
+            index = self._past.pop(path, None) or AgentIndex(path)
+            self._past[path] = index
+            while len(self._past) > self.settings.memoryd.log.as_of_snapshots:
+                old = self._past.pop(next(iter(self._past)))
+                with old.lock:
+                    old.close()
+        return index
 
     def agents(self) -> AgentsResponse:
         infos = []
@@ -204,7 +210,11 @@ class QueryService:
     def close(self) -> None:
         self._embeddings.close()
         self._scans.shutdown(wait=True)
-        self._indexes.close()
+        for index in self._indexes.values():
+            with index.lock:
+                index.close()
+        for index in self._past.values():
+            index.close()
 
     # --- memory_search -----------------------------------------------------------------
     def search(self, agent_id: str, request: SearchRequest) -> SearchResponse:
@@ -223,7 +233,7 @@ class QueryService:
         # The query's embedding starts now, outside the agent's lock, on its provider's own thread.
         embedding = self._embedding(agent, request.query) if mode != "keyword" else Vectors(None, None)
         started = time.monotonic()
-        agent_index = self.index(agent_id)
+        agent_index = self._index_at(agent_id, request.as_of)
         with agent_index.snapshot() as index:
             found = self._in_snapshot(index, plan, embedding, None)
         if isinstance(found, _Late):
@@ -268,6 +278,7 @@ class QueryService:
             c.vector, c.vector_rank = hit.score, hit.rank
         newcomers = [cid for cid in cands if cid not in side.rows]
         side.rows.update(index.chunks(newcomers))
+        _rank_ties_by_place(vectors.hits, cands, side.rows)
         if text_side:
             _evidence(side, s.keyword, newcomers)
         newest = index.keyword.newest_date() if index.keyword else None
@@ -348,11 +359,10 @@ class QueryService:
         return VectorSide(embedding, lambda query: matrix.search(query, limit, source), self._scans)
 
     def _chain(self, agent: AgentConfig) -> list[providers.Provider]:
-        key = agent.memory_search.model_dump_json()
         with self._lock:
-            if key not in self._providers:
-                self._providers[key] = providers.resolve(agent.memory_search, for_queries=True)
-            return self._providers[key]
+            if agent.id not in self._providers:
+                self._providers[agent.id] = providers.resolve(agent.memory_search, for_queries=True)
+            return self._providers[agent.id]
 
     # --- memory_get --------------------------------------------------------------------
     def get(self, agent_id: str, request: GetRequest) -> GetResponse:
@@ -391,6 +401,18 @@ def _evidence(side: _TextSide, query: query_keyword.KeywordQuery, ids: list[int]
         c = side.cands[cid]
         ev = query_keyword.evidence(query, side.weights, row[4], row[0], c.text_rank, c.bm25)
         c.text, side.first_terms[cid] = ev.score, ev.first_term
+
+
+def _rank_ties_by_place(hits: list[VectorHit], cands: dict[int, fusion.Candidate],
+                        rows: dict[int, tuple[str, str, int, int, str]]) -> None:
+    """Vector ranks with equal scores ordered by place (path, lines), not by row id, so an index
+    rebuilt or replayed from the log ranks exactly as the live one."""
+    def place(hit: VectorHit) -> tuple[float, str, int, int]:
+        row = rows.get(hit.chunk_id)
+        return (-hit.score, *(row[0], row[2], row[3])) if row else (-hit.score, "", 0, 0)
+
+    for rank, hit in enumerate(sorted(hits, key=place), start=1):
+        cands[hit.chunk_id].vector_rank = rank
 
 
 def _read_lines(absolute: Path, path: str) -> list[str]:

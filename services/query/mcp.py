@@ -18,11 +18,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from pydantic import Field, ValidationError
 
-from memoryd.services.query.auth import BearerAuth
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import GetRequest, SearchRequest, dump
-from memoryd.shared.agents import LiveSettings
-from memoryd.shared.auth import Tokens
 from memoryd.shared.config import Settings
 from memoryd.shared.exceptions import MemorydError, validation_problems
 from memoryd.shared.redact import redact
@@ -49,9 +46,6 @@ def _call(func: Any, model: type, **arguments: Any) -> dict[str, Any]:
         raise ToolError(f"bad_request: {validation_problems(exc)}") from exc
 
 
-def build_server(settings: Settings, agent_id: str, service: QueryService | None = None) -> MCPServer:
-    service = service or QueryService(settings)
-    query = settings.agent(agent_id).memory_search.query  # unknown agent → UnknownAgent, before serving
 class _Server(MCPServer):
     """The SDK's server, with tool errors as documented: ``<code>: <message>``. The SDK words a
     failed call ``Error executing tool NAME: …`` and argument validation as raw pydantic text
@@ -71,6 +65,9 @@ class _Server(MCPServer):
             raise
 
 
+def build_server(settings: Settings, agent_id: str, service: QueryService | None = None) -> MCPServer:
+    service = service or QueryService(settings)
+    query = settings.agent(agent_id).memory_search.query  # unknown agent → UnknownAgent, before serving
     server = _Server(name="memoryd", instructions=INSTRUCTIONS)
 
     def memory_search(
@@ -82,9 +79,11 @@ class _Server(MCPServer):
         = None,
         before: Annotated[str | None, Field(description="Only daily notes dated on or before this day, YYYY-MM-DD")]
         = None,
+        asOf: Annotated[str | None, Field(description="Search memory as it was at this moment: an ISO date or "
+                                                      "time (2026-03-03, 2026-03-03T12:00:00Z)")] = None,
     ) -> dict[str, Any]:
         return _call(lambda r: service.search(agent_id, r), SearchRequest, query=query, maxResults=maxResults,
-                     minScore=minScore, source=source, after=after, before=before)
+                     minScore=minScore, source=source, after=after, before=before, asOf=asOf)
 
     def memory_get(**arguments: Any) -> dict[str, Any]:
         return _call(lambda r: service.get(agent_id, r), GetRequest, **arguments)
@@ -102,12 +101,3 @@ class _Server(MCPServer):
     server.add_tool(memory_search, name="memory_search", description=MEMORY_SEARCH_DESCRIPTION)
     server.add_tool(memory_get, name="memory_get", description=MEMORY_GET_DESCRIPTION)
     return server
-
-
-def http_app(server: MCPServer, settings: Settings, agent_id: str, *, host: str, require_token: bool) -> Any:
-    """The streamable-HTTP app at ``/mcp`` behind the bearer-token check: the agent's own token
-    or the admin token; required when ``require_token`` (beyond loopback), checked when sent."""
-    agents = LiveSettings(settings)
-    return BearerAuth(server.streamable_http_app(host=host), tokens=Tokens(settings.state_dir),
-                      required=require_token, guarded=lambda _: True, agent_of=lambda _: agent_id,
-                      known=lambda: agents.current().agent_ids())

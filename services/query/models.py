@@ -41,6 +41,9 @@ class SearchRequest(_Wire):
     #: files without a date (MEMORY.md, most extraPath files) are left out when either is set.
     after: dt.date | None = None
     before: dt.date | None = None
+    #: Search the index as it was at this moment (ISO date or time, or a log sequence number),
+    #: replayed from the agent's event log; unset = the live index.
+    as_of: str | None = Field(None, min_length=1, max_length=64)
     explain: bool = False
 
     @model_validator(mode="after")
@@ -81,6 +84,8 @@ class SearchResponse(_Wire):
     fusion: Fusion
     #: Why the answer is degraded (only when ``mode`` is not what was asked for).
     reason: str | None = None
+    #: Something the caller should know about the answer (the agent's workspace folder is gone).
+    warning: str | None = None
 
 
 class GetRequest(_Wire):
@@ -97,14 +102,11 @@ class GetResponse(_Wire):
     truncated: bool | None = None
     next_from: int | None = None
     note: str | None = None
-    #: Something the caller should know about the answer (the agent's workspace folder is gone).
-    warning: str | None = None
 
 
 class AgentInfo(_Wire):
     id: str
-    #: Not shown to an agent's own token (only to the admin token and on an open loopback server).
-    workspace: str | None = None
+    workspace: str
     indexed: bool
     chunks: int | None = None
 
