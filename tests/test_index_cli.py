@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from memoryd.services.cli.index import IndexFailed, LocalStages, follow, queue_run
+from memoryd.services.cli.index import IndexFailed, LocalStages, active_runs, follow, queue_run
 from memoryd.services.cli.progress import Counts, IndexProgress
 from memoryd.shared.bus import Bus
 from memoryd.shared.worker import set_context
@@ -200,3 +200,17 @@ def test_piped_lines_say_how_many_jobs_are_retrying() -> None:
     progress.close()
     assert "memoryd index: 1/3 files indexed, 2/4 chunks embedded (" in out.getvalue()
     assert out.getvalue().rstrip().endswith("chunks/s), 1 job retrying")
+
+
+def test_status_shows_the_counts_of_a_run_in_progress(workspace: Path, make_settings, redis_url: str) -> None:
+    settings, config = make_settings(workspace, redis=redis_url)
+    _notes(workspace, 2)
+    bus = Bus(redis.Redis.from_url(redis_url), settings)
+    queue_run(bus, settings, settings.agent("main"), "run-s")  # queued; no worker takes it
+    [run] = active_runs(bus)
+    assert (run["run"], run["agent"], run["files"], run["files_done"]) == ("run-s", "main", 2, 0)
+    shown = subprocess.run([*CLI, "status"], env=_env(config), capture_output=True, text=True, timeout=60,
+                           check=True).stdout
+    assert "memoryd index run run-s (agent main): 0/2 files indexed, 0/0 chunks embedded" in shown
+    bus.count("run-s", files_done=2)
+    assert active_runs(bus) == []  # done runs are dropped
