@@ -5,12 +5,13 @@
 without a restart: workers in ``WorkerContext.ensure_agent``, the query service and the
 session routes through :class:`LiveSettings`, the watcher on its tick. What makes an
 agent is its registry entry; removing one deletes what memoryd derived for it (its index,
-its Redis keys and log, its token) and never its Markdown.
+its event log, its content store, its Redis keys, its token) and never its Markdown.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from memoryd.shared.config import (
     with_agent,
     with_registry,
 )
+from memoryd.shared.eventlog import content_path, log_dir
 from memoryd.shared.exceptions import ConfigError, UnknownAgent, validation_problems
 
 log = logging.getLogger("memoryd.agents")
@@ -85,7 +87,7 @@ def register_agent(settings: Settings, agent_id: str, workspace: Path) -> Settin
 
 
 def remove_agent(settings: Settings, agent_id: str) -> dict[str, Any]:
-    """Unregister ``agent_id`` and delete its index and token; its
+    """Unregister ``agent_id`` and delete its index, event log, content store and token; its
     workspace is left as it is. → what was removed. Redis keys: :meth:`Bus.forget`."""
     _validated_id(agent_id)
     if agent_id in _config_ids(settings):
@@ -101,11 +103,17 @@ def remove_agent(settings: Settings, agent_id: str) -> dict[str, Any]:
     workspace = settings.agent(agent_id).workspace if agent_id in settings.agent_ids() else None
     registry.update(settings.state_dir, change)
     index = settings.index_path(agent_id)
+    content = content_path(settings, agent_id)
     removed = []
-    for path in (index, Path(f"{index}-wal"), Path(f"{index}-shm"), index.with_name(f"{index.name}.rebuild")):
+    for path in (index, Path(f"{index}-wal"), Path(f"{index}-shm"), index.with_name(f"{index.name}.rebuild"),
+                 content, Path(f"{content}-wal"), Path(f"{content}-shm")):
         if path.exists():
             path.unlink()
             removed.append(str(path))
+    logs = log_dir(settings, agent_id)
+    if logs.is_dir():
+        shutil.rmtree(logs)
+        removed.append(str(logs))
     Tokens(settings.state_dir).revoke(agent_principal(agent_id))
     return {"agent": agent_id, "removed": removed, "kept": str(workspace) if workspace else None}
 

@@ -1,6 +1,8 @@
 """A new agent workspace: the standard files of SPEC §3, ``memory/``, and ``git init``.
 
 Only a workspace that does not exist yet is created; an existing one is never touched.
+Its ``.gitignore`` keeps ``sessions/`` out of git: session transcripts keep what was said
+verbatim, secrets included (``memoryd doctor`` flags a workspace whose git does not).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ STANDARD_FILES = {
     "USER.md": "# USER.md — who you help\n\n",
     "TOOLS.md": "# TOOLS.md — notes about your tools\n\n",
     "MEMORY.md": "# MEMORY.md — long-term memory\n\n",
+    ".gitignore": "# session transcripts keep what was said verbatim, secrets included\nsessions/\n",
 }
 
 

@@ -4,6 +4,16 @@ Stages never call each other; they enqueue the next stage's job by its dotted na
 (``memoryd.services.pipeline.embedder.embed_job``) with the event as JSON. Every emitted event is first
 appended to the agent's durable log on disk (``memoryd.shared.eventlog``): Redis carries the work,
 the log keeps the record.
+
+**One Redis, several installations.** Every queue and key carries the installation's
+namespace (``Settings.namespace``: ``memoryd.namespace``, else derived from the state dir),
+so two ``memoryd up`` on one Redis never take each other's jobs or numbers.
+
+**Two lanes per stage.** Each stage has an *edit* queue and a *bulk* queue, and workers
+take the edit queue first (RQ dequeues its queues in order). A person's or an agent's edit
+(the watcher) goes on the edit lane; ``memoryd index``, reconciles and backfills on the bulk
+lane; a job's follow-up work stays in its lane. So a 10,000-file import of one agent delays
+another agent's edit by at most one bulk job per stage.
 """
 
 from __future__ import annotations
@@ -13,20 +23,24 @@ import time
 from collections.abc import Sequence
 
 import redis
-from rq import Queue, Retry
+from rq import Queue, Retry, get_current_job
 
 from memoryd.shared import defaults as d
 from memoryd.shared.config import Settings
 from memoryd.shared.eventlog import EventLog
 from memoryd.shared.events import Event
 
-#: One queue per stage, so each scales and retries on its own.
-QUEUES = {
-    "chunk": "memoryd-chunk",
-    "embed": "memoryd-embed",
-    "index": "memoryd-index",
-    "session": "memoryd-session",
-}
+#: One queue per stage and lane, so each scales and retries on its own.
+STAGES = ("chunk", "embed", "index", "session")
+#: The lanes of every stage, in the order workers take them.
+LANES = ("edit", "bulk")
+
+
+def queue_name(namespace: str, stage: str, lane: str = "edit") -> str:
+    """``memoryd-<namespace>-<stage>`` (the edit lane) or ``memoryd-<namespace>-<stage>-bulk``."""
+    return f"memoryd-{namespace}-{stage}" + ("" if lane == "edit" else f"-{lane}")
+
+
 JOBS = {
     "chunk": "memoryd.services.pipeline.chunker.chunk_job",
     "embed": "memoryd.services.pipeline.embedder.embed_job",
@@ -61,22 +75,41 @@ class Bus:
     def __init__(self, conn: redis.Redis, settings: Settings) -> None:
         self.conn = conn
         self.settings = settings
+        self.namespace = settings.namespace
         self._next_seq = conn.register_script(_NEXT_SEQ)
         self.record = EventLog(settings)
-        self.queues = {stage: Queue(name, connection=conn) for stage, name in QUEUES.items()}
+        #: The edit lane of each stage; ``lanes(stage)`` gives both, in the order workers take them.
+        self.queues = {stage: Queue(queue_name(self.namespace, stage), connection=conn) for stage in STAGES}
+        self.bulk = {stage: Queue(queue_name(self.namespace, stage, "bulk"), connection=conn) for stage in STAGES}
+
+    def lanes(self, stage: str) -> list[Queue]:
+        return [self.queues[stage], self.bulk[stage]]
+
+    def key(self, *parts: str) -> str:
+        """This installation's Redis key ``memoryd:<namespace>:<part>:…``."""
+        return ":".join(("memoryd", self.namespace, *parts))
+
+    def job_id(self, name: str) -> str:
+        """A deterministic job id (at most one such job at a time) of this installation."""
+        return f"{self.namespace}-{name}"
 
     def next_seq(self, agent: str) -> int:
-        return int(self._next_seq(keys=[f"memoryd:seq:{agent}"], args=[int(time.time() * 1_000_000)]))
+        return int(self._next_seq(keys=[self.key("seq", agent)], args=[int(time.time() * 1_000_000)]))
 
     def log(self, events: Sequence[Event]) -> None:
         """Append ``events`` to their agents' durable logs (texts and vectors stored by hash)."""
         self.record.append(events)
 
-    def enqueue(self, job: str, *args: object, job_id: str | None = None) -> None:
-        """Queue ``JOBS[job]`` on its stage's queue with the configured retries, timeout and TTLs."""
+    def enqueue(self, job: str, *args: object, job_id: str | None = None, bulk: bool | None = None) -> None:
+        """Queue ``JOBS[job]`` on its stage's queue with the configured retries, timeout and TTLs.
+
+        ``bulk``: the lane; None = the lane of the job running now (the edit lane outside a job)."""
         stage = JOB_STAGE.get(job, job)
         m = self.settings.memoryd
-        self.queues[stage].enqueue(
+        if bulk is None:
+            current = get_current_job()
+            bulk = current is not None and current.origin.endswith("-bulk")
+        (self.bulk if bulk else self.queues)[stage].enqueue(
             JOBS[job],
             *args,
             job_id=job_id,
@@ -86,13 +119,14 @@ class Bus:
             failure_ttl=m.failure_ttl_seconds,
         )
 
-    def emit(self, job: str, events: Sequence[Event], *, job_id: str | None = None) -> None:
+    def emit(self, job: str, events: Sequence[Event], *, job_id: str | None = None,
+             bulk: bool | None = None) -> None:
         """Log ``events`` and enqueue them, as one batch, for the job ``job`` (a key of JOBS)."""
         if not events:
             return
         self.log(events)
         payloads = [e.model_dump_json() for e in events]
-        self.enqueue(job, payloads, job_id=job_id)
+        self.enqueue(job, payloads, job_id=job_id, bulk=bulk)
 
     # --- a run of `memoryd index`: counters the stages bump, the CLI reads ---------------
     def count(self, run: str | None, **fields: int) -> None:
@@ -101,16 +135,16 @@ class Bus:
         pipe = self.conn.pipeline(transaction=False)
         for name, value in fields.items():
             if value:
-                pipe.hincrby(f"memoryd:run:{run}", name, value)
-        pipe.expire(f"memoryd:run:{run}", 24 * 3600)
+                pipe.hincrby(self.key("run", run), name, value)
+        pipe.expire(self.key("run", run), 24 * 3600)
         pipe.execute()
 
     def run_counts(self, run: str) -> dict[str, int]:
-        raw = self.conn.hgetall(f"memoryd:run:{run}")
+        raw = self.conn.hgetall(self.key("run", run))
         return {k.decode(): int(v) for k, v in raw.items()}
 
     def note_reconciled(self, agent: str) -> None:
-        self.conn.hset("memoryd:reconciled", agent, time.time())
+        self.conn.hset(self.key("reconciled"), agent, time.time())
 
     def plant_marker(self) -> None:
         """Set the key whose absence later tells the watcher that Redis lost its data."""
@@ -121,21 +155,30 @@ class Bus:
         return not self.conn.exists(self.key("marker"))
 
     def last_reconciled(self) -> dict[str, float]:
-        return {k.decode(): float(v) for k, v in self.conn.hgetall("memoryd:reconciled").items()}
+        return {k.decode(): float(v) for k, v in self.conn.hgetall(self.key("reconciled")).items()}
 
     def note_provider_error(self, agent: str, error: str | None) -> None:
         """The embedder's last provider failure for ``agent`` (None: it worked again)."""
         if error is None:
-            self.conn.hdel("memoryd:provider-errors", agent)
+            self.conn.hdel(self.key("provider-errors"), agent)
         else:
-            self.conn.hset("memoryd:provider-errors", agent, json.dumps({"at": time.time(), "error": error}))
+            self.conn.hset(self.key("provider-errors"), agent, json.dumps({"at": time.time(), "error": error}))
 
     def provider_errors(self) -> dict[str, dict[str, object]]:
-        return {k.decode(): json.loads(v) for k, v in self.conn.hgetall("memoryd:provider-errors").items()}
+        return {k.decode(): json.loads(v) for k, v in self.conn.hgetall(self.key("provider-errors")).items()}
 
     def note_missing_vectors(self, agent: str, missing: int) -> None:
-        self.conn.hset("memoryd:missing-vectors", agent, missing)
+        self.conn.hset(self.key("missing-vectors"), agent, missing)
 
     def agents_missing_vectors(self) -> dict[str, int]:
-        raw = self.conn.hgetall("memoryd:missing-vectors")
+        raw = self.conn.hgetall(self.key("missing-vectors"))
         return {k.decode(): int(v) for k, v in raw.items() if int(v) > 0}
+
+    def forget(self, agent: str) -> None:
+        """Drop what Redis holds for ``agent`` (``memoryd agents remove``): its sequence number
+        and its fields in the status hashes."""
+        pipe = self.conn.pipeline(transaction=False)
+        pipe.delete(self.key("seq", agent))
+        for table in ("reconciled", "provider-errors", "missing-vectors"):
+            pipe.hdel(self.key(table), agent)
+        pipe.execute()

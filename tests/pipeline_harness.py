@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 
+from memoryd.shared.bus import Bus
 from memoryd.shared.config import Settings
 from memoryd.shared.eventlog import EventLog, hydrate, log_dir, read
 from memoryd.shared.exceptions import IndexMissing
@@ -37,6 +38,7 @@ class Pipeline:
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.conn = redis.Redis.from_url(redis_url)
+        self.bus = Bus(self.conn, settings)  # this installation's queue names and keys
 
     def env(self) -> dict[str, str]:
         return dict(os.environ, REDIS_URL=self.redis_url, MEMORYD_CONFIG=str(self.config))
@@ -104,13 +106,9 @@ class Pipeline:
         return sorted({r[0] for r in rows})
 
     def drained(self) -> bool:
-        from rq import Queue
         from rq.registry import StartedJobRegistry
 
-        from memoryd.shared.bus import QUEUES
-
-        for name in (QUEUES["chunk"], QUEUES["embed"], QUEUES["index"]):
-            q = Queue(name, connection=self.conn)
+        for q in (q for stage in ("chunk", "embed", "index") for q in self.bus.lanes(stage)):
             if q.count or StartedJobRegistry(queue=q).count:
                 return False
         return True

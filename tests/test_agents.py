@@ -17,6 +17,7 @@ from memoryd.shared.agents import add_agent, register_agent, remove_agent
 from memoryd.shared.auth import Tokens
 from memoryd.shared.bus import Bus
 from memoryd.shared.config import ExtraPath, load_settings
+from memoryd.shared.eventlog import log_dir
 from memoryd.shared.events import FileDeleted
 from memoryd.shared.exceptions import ConfigError, UnknownAgent
 from memoryd.shared.indexing import index_now
@@ -52,14 +53,14 @@ def test_add_list_token_remove(tmp_path: Path, redis_url: str) -> None:
     conn = redis.Redis.from_url(redis_url)
     bus = Bus(conn, settings)
     bus.log([FileDeleted(agent="c", path="memory/gone.md", seq=bus.next_seq("c"))])
-    assert settings.index_path("c").exists() and conn.exists(bus.key("log", "c"))
+    assert settings.index_path("c").exists() and log_dir(settings, "c").is_dir()
 
     removed = json.loads(memoryd(config, "agents", "remove", "c", "--json").stdout)
     assert str(settings.index_path("c")) in removed["removed"] and removed["kept"] == str(tmp_path / "c")
-    assert not settings.index_path("c").exists()
+    assert not settings.index_path("c").exists() and not log_dir(settings, "c").exists()
     assert (tmp_path / "c" / "memory" / "2026-01-02.md").read_text() == "c's note\n"  # Markdown stays
     assert Tokens(settings.state_dir).verify(issued) is None
-    assert not conn.exists(bus.key("seq", "c")) and not conn.exists(bus.key("log", "c"))
+    assert not conn.exists(Bus(conn, settings).key("seq", "c"))
     assert "c" not in {a["id"] for a in json.loads(memoryd(config, "agents", "list", "--json").stdout)["agents"]}
 
 

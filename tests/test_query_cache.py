@@ -5,6 +5,7 @@ WORKER_MEMO_ENTRIES per-agent objects; what falls out is closed."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import psutil
@@ -58,11 +59,17 @@ def test_at_most_max_open_indexes_stay_open(tmp_path: Path) -> None:
 
 
 def test_the_memory_budget_closes_the_least_recently_used(tmp_path: Path) -> None:
-    service = QueryService(_many_agents(tmp_path, cacheMegabytes=5))  # room for two of these indexes
+    settings = _many_agents(tmp_path)
+    one = QueryService(settings)
+    assert one.search(AGENTS[0], SearchRequest(query="lighthouse")).results
+    size = footprint(one.index(AGENTS[0]))
+    assert size > CONNECTION_BYTES  # the page cache and the vectors
+    one.close()
+    budget = settings.memoryd.query.model_copy(update={"cache_megabytes": math.ceil(2.5 * size / 2**20)})
+    service = QueryService(settings.model_copy(update={"memoryd": settings.memoryd.model_copy(
+        update={"query": budget})}))  # room for two of these indexes, not three
     held = _search_each(service)
-    sizes = [footprint(index) for index in held.values() if index.conn is not None]
-    assert len(sizes) == 2 and all(size > CONNECTION_BYTES for size in sizes)  # page cache + vectors
-    assert held[AGENTS[-1]].conn is not None and held[AGENTS[0]].conn is None
+    assert [a for a, index in held.items() if index.conn is not None] == AGENTS[-2:]
     assert service.search(AGENTS[0], SearchRequest(query="lighthouse")).results  # reopened on demand
 
 

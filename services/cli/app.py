@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 
-from memoryd.services.cli import jobs, log, pipeline, query, session, status
+from memoryd.services.cli import agents, jobs, log, pipeline, query, session, status
 from memoryd.shared.config import load_settings
 from memoryd.shared.exceptions import ConfigError, MemorydError
 from memoryd.shared.redact import redact, redact_logs
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.register(sub, common)
     session.register(sub, common)
     log.register(sub, common)
+    agents.register(sub, common)
     return parser
 
 

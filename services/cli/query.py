@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, get_args
 
 from memoryd.services.cli.text import plural, snippet_lines
 from memoryd.services.query.models import Fusion, GetRequest, GetResponse, SearchRequest, SearchResponse, dump
+from memoryd.shared.auth import Tokens, is_loopback, tokens_required
 from memoryd.shared.config import Settings
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = sub.add_parser("serve", parents=[common], help="run the HTTP query API (memory_search, memory_get)")
     p.add_argument("--host", help="interface to listen on (default memoryd.server.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default memoryd.server.port, 8765)")
+    p.add_argument("--insecure", action="store_true",
+                   help="beyond loopback, serve without requiring bearer tokens (anyone who reaches it reads memory)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("mcp", parents=[common], help="run the MCP server for one agent (stdio, or --http)")
@@ -51,6 +54,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp instead of stdio")
     p.add_argument("--host", help="with --http: interface (default memoryd.server.host)")
     p.add_argument("--port", type=int, help="with --http: port (default memoryd.server.port + 1)")
+    p.add_argument("--insecure", action="store_true",
+                   help="with --http beyond loopback: serve without requiring a bearer token")
     p.set_defaults(func=cmd_mcp)
 
 
@@ -113,9 +118,22 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from memoryd.services.session.api import build_router
 
     server = settings.memoryd.server
-    app = create_app(settings, routers=[build_router(settings)])
-    uvicorn.run(app, host=args.host or server.host, port=args.port or server.port, log_level="warning")
+    host = args.host or server.host
+    required = _tokens_required(settings, host, args.insecure)
+    app = create_app(settings, routers=[build_router(settings)], require_token=required)
+    uvicorn.run(app, host=host, port=args.port or server.port, log_level="warning")
     return 0
+
+
+def _tokens_required(settings: Settings, host: str, insecure: bool) -> bool:
+    """Whether the server on ``host`` requires tokens (refused: auth off beyond loopback without --insecure)."""
+    required = tokens_required(host, settings.memoryd.server.auth, insecure)
+    if required and not Tokens(settings.state_dir).issued():
+        print(f"memoryd: listening on {host} with bearer tokens required, and none is issued yet: issue one with "
+              "`memoryd agents token ID` (or `--admin`)", file=sys.stderr)
+    elif not required and not is_loopback(host):
+        print(f"memoryd: WARNING: listening on {host} without requiring tokens (--insecure)", file=sys.stderr)
+    return required
 
 
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
@@ -123,8 +141,15 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
 
     mcp = build_server(settings, args.agent, _service(settings))
     if args.http:
+        import uvicorn
+
+        from memoryd.services.query.mcp import http_app
+
         server = settings.memoryd.server
-        mcp.run("streamable-http", host=args.host or server.host, port=args.port or server.port + 1)
+        host = args.host or server.host
+        app = http_app(mcp, settings, args.agent, host=host,
+                       require_token=_tokens_required(settings, host, args.insecure))
+        uvicorn.run(app, host=host, port=args.port or server.port + 1, log_level="warning")
     else:
         mcp.run("stdio")
     return 0

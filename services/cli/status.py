@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from memoryd.services.cli.hygiene import secrets_check, transcripts_check
 from memoryd.services.cli.jobs import failed_listing
 from memoryd.shared import bus as busmod
 from memoryd.shared import jobs, providers, redis_server, sqlitedb
@@ -24,8 +25,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="list the failed jobs (retries spent): id, agent, stage, error, when")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("doctor", parents=[common], help="check Redis, sqlite-vec, tokenizer and provider")
+    p = sub.add_parser("doctor", parents=[common],
+                       help="check Redis, sqlite-vec, tokenizer, provider, and each agent's memory hygiene")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--agent", help="check only this agent's workspace (secrets in memory, transcripts in git)")
     p.set_defaults(func=cmd_doctor)
 
 
@@ -147,11 +150,12 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
         _check("provider", provider_probe),
         _check("state dir", state_probe),
     ]
-    for agent_id in settings.agent_ids():
+    for agent_id in [settings.agent(args.agent).id] if args.agent else settings.agent_ids():
         ws = settings.agent(agent_id).workspace
         checks.append({"check": f"workspace {agent_id}", "ok": True,
                        "detail": f"{ws}" + ("" if ws.exists() else " (missing: `memoryd up` creates it)")})
         checks += language_check(settings, agent_id)
+        checks += [c for c in (secrets_check(settings, agent_id), transcripts_check(settings, agent_id)) if c]
     if args.json:
         print(json.dumps({"ok": all(c["ok"] for c in checks), "checks": checks}, indent=2))
     else:

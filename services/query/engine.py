@@ -28,6 +28,7 @@ from typing import Any
 
 from memoryd.services.query import fusion, ranking
 from memoryd.services.query import keyword as query_keyword
+from memoryd.services.query.cache import IndexCache
 from memoryd.services.query.embedder import Embedded, QueryEmbedder, Vectors, VectorSide, settle
 from memoryd.services.query.models import (
     SNIPPET_MAX_CHARS,
@@ -42,6 +43,7 @@ from memoryd.services.query.models import (
 )
 from memoryd.services.query.vectors import VectorHit, VectorMatrix, single_blas_thread
 from memoryd.shared import providers, sqlitedb
+from memoryd.shared.agents import LiveSettings
 from memoryd.shared.config import AgentConfig, Settings
 from memoryd.shared.exceptions import ConfigError, IndexMissing, MemoryFileMissing, PathRefused
 from memoryd.shared.replay import as_of_index
@@ -159,8 +161,13 @@ class _Late:
 
 class QueryService:
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._indexes: dict[str, AgentIndex] = {}
+        #: The agents follow the registry (``memoryd agents add/remove``) without a restart.
+        self._live = LiveSettings(settings)
+        self._seen = settings
+        budget = settings.memoryd.query
+        self._indexes = IndexCache(lambda agent_id: AgentIndex(self.settings.index_path(agent_id)),
+                                   budget.cache_megabytes * 1024 * 1024, budget.max_open_indexes)
+        #: Provider chains by memorySearch configuration: as many as there are configurations, not agents.
         self._providers: dict[str, list[providers.Provider]] = {}
         self._lock = threading.Lock()
         #: Query embeddings: cached, one thread per provider endpoint (services/query/embedder.py).
@@ -172,15 +179,21 @@ class QueryService:
         single_blas_thread()
 
     # --- agents ------------------------------------------------------------------------
+    @property
+    def settings(self) -> Settings:
+        """The settings with the registry as it is now; a removed agent's index is closed."""
+        current = self._live.current()
+        if current is not self._seen:
+            self._seen = current
+            self._indexes.retain(set(current.agent_ids()))
+        return current
+
     def agent(self, agent_id: str) -> AgentConfig:
         return self.settings.agent(agent_id)
 
     def index(self, agent_id: str) -> AgentIndex:
         self.agent(agent_id)  # unknown agent → UnknownAgent
-        with self._lock:
-            if agent_id not in self._indexes:
-                self._indexes[agent_id] = AgentIndex(self.settings.index_path(agent_id))
-            return self._indexes[agent_id]
+        return self._indexes.get(agent_id)
 
     def _index_at(self, agent_id: str, as_of: str | None) -> AgentIndex:
         """The live index, or the index as it was at ``as_of``, replayed from the agent's log once
@@ -210,9 +223,7 @@ class QueryService:
     def close(self) -> None:
         self._embeddings.close()
         self._scans.shutdown(wait=True)
-        for index in self._indexes.values():
-            with index.lock:
-                index.close()
+        self._indexes.close()
         for index in self._past.values():
             index.close()
 
@@ -359,10 +370,11 @@ class QueryService:
         return VectorSide(embedding, lambda query: matrix.search(query, limit, source), self._scans)
 
     def _chain(self, agent: AgentConfig) -> list[providers.Provider]:
+        key = agent.memory_search.model_dump_json()
         with self._lock:
-            if agent.id not in self._providers:
-                self._providers[agent.id] = providers.resolve(agent.memory_search, for_queries=True)
-            return self._providers[agent.id]
+            if key not in self._providers:
+                self._providers[key] = providers.resolve(agent.memory_search, for_queries=True)
+            return self._providers[key]
 
     # --- memory_get --------------------------------------------------------------------
     def get(self, agent_id: str, request: GetRequest) -> GetResponse:

@@ -23,8 +23,10 @@ from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, Field
 
+from memoryd.services.query.auth import PRINCIPAL, BearerAuth, api_agent
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import AgentsResponse, GetRequest, GetResponse, SearchRequest, SearchResponse, dump
+from memoryd.shared.auth import ADMIN, Tokens, agent_principal
 from memoryd.shared.config import Settings
 from memoryd.shared.exceptions import MemorydError, validation_problems
 from memoryd.shared.redact import redact
@@ -78,15 +80,25 @@ def query_router(service: QueryService) -> APIRouter:
     def memory_get(agent: str, request: GetRequest) -> JSONResponse:
         return JSONResponse(dump(service.get(agent, request)))
 
-    @router.get("/agents", response_model=AgentsResponse, summary="The configured agents and their indexes")
-    def agents() -> JSONResponse:
-        return JSONResponse(dump(service.agents()))
+    @router.get("/agents", response_model=AgentsResponse, response_model_exclude_none=True,
+                summary="The configured agents and their indexes (an agent's token: only its own, no paths)")
+    def agents(request: Request) -> JSONResponse:
+        answer = service.agents()
+        principal = getattr(request.state, PRINCIPAL, None)
+        if principal is not None and principal != ADMIN:
+            answer = AgentsResponse(agents=[a.model_copy(update={"workspace": None}) for a in answer.agents
+                                            if agent_principal(a.id) == principal])
+        return JSONResponse(dump(answer))
 
     return router
 
 
-def create_app(settings: Settings, routers: Sequence[APIRouter] = (), service: QueryService | None = None) -> FastAPI:
-    """The HTTP app: the query routes, then ``routers`` (e.g. the session service's), one error shape."""
+def create_app(settings: Settings, routers: Sequence[APIRouter] = (), service: QueryService | None = None, *,
+               require_token: bool = False) -> FastAPI:
+    """The HTTP app: the query routes, then ``routers`` (e.g. the session service's), one error shape.
+
+    Every ``/v1/`` route takes a bearer token (services/query/auth.py); ``require_token``
+    (a server beyond loopback) refuses a request without one."""
     service = service or QueryService(settings)
 
     @asynccontextmanager
@@ -99,6 +111,9 @@ def create_app(settings: Settings, routers: Sequence[APIRouter] = (), service: Q
     app = FastAPIOffline(title="memoryd", version=API_VERSION, lifespan=lifespan,
                   description="Agent memory: memory_search and memory_get over each agent's Markdown memory.")
     app.state.query = service
+    app.add_middleware(BearerAuth, tokens=Tokens(settings.state_dir), required=require_token,
+                       guarded=lambda path: path.startswith("/v1/"), agent_of=api_agent,
+                       known=lambda: service.settings.agent_ids())
 
     @app.exception_handler(MemorydError)
     async def memoryd_error(_: Request, exc: MemorydError) -> JSONResponse:
@@ -110,7 +125,7 @@ def create_app(settings: Settings, routers: Sequence[APIRouter] = (), service: Q
 
     @app.get("/healthz", tags=["ops"], summary="Liveness")
     def healthz() -> dict:
-        return {"status": "ok", "agents": len(settings.agent_ids())}
+        return {"status": "ok", "agents": len(service.settings.agent_ids())}
 
     app.include_router(query_router(service))
     for router in routers:

@@ -18,8 +18,11 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from pydantic import Field, ValidationError
 
+from memoryd.services.query.auth import BearerAuth
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import GetRequest, SearchRequest, dump
+from memoryd.shared.agents import LiveSettings
+from memoryd.shared.auth import Tokens
 from memoryd.shared.config import Settings
 from memoryd.shared.exceptions import MemorydError, validation_problems
 from memoryd.shared.redact import redact
@@ -101,3 +104,12 @@ def build_server(settings: Settings, agent_id: str, service: QueryService | None
     server.add_tool(memory_search, name="memory_search", description=MEMORY_SEARCH_DESCRIPTION)
     server.add_tool(memory_get, name="memory_get", description=MEMORY_GET_DESCRIPTION)
     return server
+
+
+def http_app(server: MCPServer, settings: Settings, agent_id: str, *, host: str, require_token: bool) -> Any:
+    """The streamable-HTTP app at ``/mcp`` behind the bearer-token check: the agent's own token
+    or the admin token; required when ``require_token`` (beyond loopback), checked when sent."""
+    agents = LiveSettings(settings)
+    return BearerAuth(server.streamable_http_app(host=host), tokens=Tokens(settings.state_dir),
+                      required=require_token, guarded=lambda _: True, agent_of=lambda _: agent_id,
+                      known=lambda: agents.current().agent_ids())

@@ -106,7 +106,8 @@ class GetResponse(_Wire):
 
 class AgentInfo(_Wire):
     id: str
-    workspace: str
+    #: Not shown to an agent's own token (only to the admin token and on an open loopback server).
+    workspace: str | None = None
     indexed: bool
     chunks: int | None = None
 
