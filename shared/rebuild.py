@@ -241,7 +241,7 @@ def _adopted(agent: str, reader: IndexReader, rows: list[tuple[Any, ...]]) -> li
                   reader.conn.execute("SELECT hash, start_line, end_line, tokens, text FROM chunks WHERE path = ? "
                                       "ORDER BY start_line, id", (path,))]
         if chunks:
-            vectors = reader.cache_get(embedder, [c.hash for c in chunks])
+            vectors = reader.stored_vectors(embedder, [c.hash for c in chunks])
             events.append(ChunksEmbedded(
                 agent=agent, path=path, seq=seq, source=source, sha256=sha, size=size, mtime=mtime,
                 chunker=chunker, chunks=chunks, embedder=embedder, provider="adopted", model="",

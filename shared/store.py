@@ -2,9 +2,11 @@
 
 Only the indexer writes (``IndexWriter``); every other stage opens the file read-only
 (``IndexReader``). The schema is SPEC §4: ``files``, ``chunks``, ``chunks_vec`` (sqlite-vec
-``vec0``), ``chunks_fts`` (FTS5), ``embedding_cache``, ``meta``, plus ``chunk_vectors``,
-which maps each vector row to its chunk: a chunk longer than the model's window has one
-vector per window and is scored by its best one.
+``vec0``), ``chunks_fts`` (FTS5), ``meta``, plus ``chunk_vectors``, which maps each vector
+row to its chunk (a chunk longer than the model's window has one vector per window and is
+scored by its best one), and ``vector_deletions`` (what the vector file's readers catch up
+on, shared/indexvectors.py). SPEC's ``embedding_cache`` is no longer per index: one per
+model serves every agent (``content.VectorStore``; migration 3 moved the rows there).
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from typing import Any
 import numpy as np
 
 from memoryd.shared import sqlitedb
-from memoryd.shared.events import ChunkData, VectorData
+from memoryd.shared.content import VectorStore
+from memoryd.shared.events import ChunkData
 from memoryd.shared.exceptions import IndexMissing
 from memoryd.shared.fts import segment
+from memoryd.shared.indexvectors import VectorSync
 
-MIGRATIONS: list[str] = [
+MIGRATIONS: list[str | Callable[[Any, Path], None]] = [
     # 1: the schema of SPEC §4.
     """
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -72,6 +76,16 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (embedder, hash)
     );
     """,
+    # 2: which vector rows each generation deleted, so the vector file's readers and its writer
+    # catch up in proportion to a change (shared/indexvectors.py); pruned once the file has them.
+    """
+    CREATE TABLE vector_deletions (generation INTEGER NOT NULL, vector INTEGER NOT NULL);
+    CREATE INDEX vector_deletions_by_generation ON vector_deletions(generation);
+    CREATE INDEX vector_deletions_by_vector ON vector_deletions(vector);
+    """,
+    # 3: the embedding cache is one per model for the whole installation (content.VectorStore,
+    # <state>/cache/<embedder>.sqlite): this index's rows move there, its table goes.
+    lambda conn, path: _move_cache(conn, path),
 ]
 
 #: meta keys
@@ -92,12 +106,30 @@ class FileRow:
     chunks: int
 
 
-def _migrate(conn: Any) -> None:
+def _move_cache(conn: Any, path: Path) -> None:
+    """Copy the index's ``embedding_cache`` rows into the shared cache of their model, then drop
+    it. An index lives at ``<state>/memory/<agent>.sqlite``, so the state dir is two up."""
+    rows = conn.execute("SELECT embedder, hash, windows, dims, vector FROM embedding_cache").fetchall()
+    by_embedder: dict[str, dict[str, np.ndarray]] = {}
+    for embedder, h, windows, dims, blob in rows:
+        by_embedder.setdefault(embedder, {})[h] = np.frombuffer(blob, dtype=np.float32).reshape(windows, dims)
+    for embedder, vectors in by_embedder.items():
+        store = VectorStore(Path(path).resolve().parent.parent, embedder)
+        try:
+            store.put(vectors)
+        finally:
+            store.close()
+    conn.execute("DROP TABLE embedding_cache")
+
+
+def _migrate(conn: Any, path: Path) -> None:
     (version,) = conn.execute("PRAGMA user_version").fetchone()
     for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in script.split(";"):
+            if callable(script):
+                script(conn, path)
+            for statement in script.split(";") if isinstance(script, str) else []:
                 if statement.strip():
                     conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number}")
@@ -113,7 +145,7 @@ def _create(path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
     conn = sqlitedb.connect(tmp)
     try:
-        _migrate(conn)
+        _migrate(conn, path)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()
@@ -153,17 +185,26 @@ class _Queries:
         (seq,) = self.conn.execute("SELECT coalesce(max(seq), 0) FROM files").fetchone()
         return int(seq)
 
-    def cache_get(self, embedder: str, hashes: Iterable[str]) -> dict[str, np.ndarray]:
-        found: dict[str, np.ndarray] = {}
+    def stored_vectors(self, embedder: str, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        """Chunk hash → its window vectors as this index holds them (``chunks_vec``), if they are
+        ``embedder``'s: what an index can give back without the shared cache."""
+        if self.meta(META_EMBEDDER) != embedder or self.meta(META_DIMS) is None:
+            return {}  # another model's vectors, or none yet (no chunks_vec table)
+        windows: dict[str, dict[int, list[bytes]]] = {}
         wanted = list(dict.fromkeys(hashes))
         for start in range(0, len(wanted), 500):
             batch = wanted[start:start + 500]
             marks = ",".join("?" * len(batch))
-            for h, windows, dims, blob in self.conn.execute(
-                f"SELECT hash, windows, dims, vector FROM embedding_cache WHERE embedder = ? AND hash IN ({marks})",
-                (embedder, *batch),
+            for h, cid, blob in self.conn.execute(
+                f"SELECT c.hash, c.id, v.embedding FROM chunks c JOIN chunk_vectors cv ON cv.chunk_id = c.id "
+                f"JOIN chunks_vec v ON v.rowid = cv.rowid WHERE c.hash IN ({marks}) ORDER BY c.id, cv.window",
+                batch,
             ):
-                found[h] = np.frombuffer(blob, dtype=np.float32).reshape(windows, dims)
+                windows.setdefault(h, {}).setdefault(cid, []).append(blob)
+        found = {}
+        for h, by_chunk in windows.items():
+            blobs = next(iter(by_chunk.values()))  # chunks with the same text have the same vectors
+            found[h] = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
         return found
 
     def counts(self) -> dict[str, int]:
@@ -173,7 +214,6 @@ class _Queries:
             "files_skipped": q("SELECT count(*) FROM files WHERE status = 'skipped'").fetchone()[0],
             "chunks": q("SELECT count(*) FROM chunks").fetchone()[0],
             "chunks_without_vectors": self.missing_vectors(),
-            "cache_entries": q("SELECT count(*) FROM embedding_cache").fetchone()[0],
         }
 
     def missing_vectors(self) -> int:
@@ -218,7 +258,10 @@ class IndexWriter(_Queries):
         #: The time written into rows; a replay sets it to each event's log time, so replaying
         #: the same log twice writes the same bytes.
         self.clock: Callable[[], float] = time.time
-        _migrate(self.conn)
+        _migrate(self.conn, self.path)
+        #: The vector file the query side maps (shared/indexvectors.py), kept in step with each commit.
+        self.vectors = VectorSync(self.path, self.conn)
+        self.vectors.open()
 
     def replaced(self) -> bool:
         """Whether the file at ``path`` is no longer the one this writer has open (a rebuild swapped it)."""
@@ -228,6 +271,7 @@ class IndexWriter(_Queries):
             return True
 
     def close(self) -> None:
+        self.vectors.close()
         self.conn.close()
 
     # --- identity ---------------------------------------------------------------------
@@ -269,24 +313,33 @@ class IndexWriter(_Queries):
 
     def replace_chunks(self, path: str, source: str, chunks: Sequence[ChunkData],
                        vectors: dict[str, np.ndarray]) -> tuple[int, int]:
-        """Make ``path``'s chunks exactly ``chunks``; identical ones are kept. → (added, removed)."""
+        """Make ``path``'s chunks exactly ``chunks``. → (added, removed).
+
+        Rows are matched by content hash, not by lines: a chunk whose text is unchanged keeps
+        its row, its FTS entry and its vectors, and only its line numbers are updated when an
+        edit above it moved it; only chunks whose text changed are deleted and inserted."""
         existing = self.conn.execute(
-            "SELECT id, hash, start_line, end_line, has_vector FROM chunks WHERE path = ?", (path,)
+            "SELECT id, hash, start_line, end_line, has_vector, source FROM chunks WHERE path = ?", (path,)
         ).fetchall()
-        by_key: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
-        for cid, h, s, e, hv in existing:
-            by_key.setdefault((h, s, e), []).append((cid, hv))
-        keep: list[tuple[int, str, int]] = []
+        by_hash: dict[str, list[tuple[int, int, int, int, str]]] = {}
+        for cid, h, s, e, hv, src in existing:
+            by_hash.setdefault(h, []).append((cid, s, e, hv, src))
+        keep: list[tuple[int, str, int, str]] = []
         new: list[ChunkData] = []
+        moved: list[tuple[int, int, int]] = []
         for chunk in chunks:
-            slot = by_key.get((chunk.hash, chunk.start_line, chunk.end_line))
-            if slot:
-                cid, hv = slot.pop()
-                keep.append((cid, chunk.hash, hv))
-            else:
+            slot = by_hash.get(chunk.hash)
+            if not slot:
                 new.append(chunk)
-        gone = [cid for slots in by_key.values() for cid, _ in slots]
+                continue
+            lines = (chunk.start_line, chunk.end_line)
+            cid, s, e, hv, src = slot.pop(next((i for i, r in enumerate(slot) if r[1:3] == lines), -1))
+            if (s, e) != lines:
+                moved.append((chunk.start_line, chunk.end_line, cid))
+            keep.append((cid, chunk.hash, hv, src))
+        gone = [r[0] for slots in by_hash.values() for r in slots]
         self._delete_chunks(gone)
+        self.conn.executemany("UPDATE chunks SET start_line = ?, end_line = ? WHERE id = ?", moved)
         now = self.clock()
         for chunk in new:
             cur = self.conn.execute(
@@ -296,31 +349,48 @@ class IndexWriter(_Queries):
             )
             cid = cur.lastrowid
             self.conn.execute("INSERT INTO chunks_fts(rowid, text) VALUES (?, ?)", (cid, segment(chunk.text)))
-            self._attach_vector(cid, vectors.get(chunk.hash))
-        for cid, h, has_vector in keep:
+            self._attach_vector(cid, source, vectors.get(chunk.hash))
+        for cid, h, has_vector, old_source in keep:
+            if source and old_source != source:  # an extraPath renamed: the vector file keys rows by source
+                self.conn.execute("UPDATE chunks SET source = ? WHERE id = ?", (source, cid))
+                if has_vector:
+                    self._attach_vector(cid, source, self._detach_vectors(cid))
+                    continue
             if not has_vector:
-                self._attach_vector(cid, vectors.get(h))
-        if source:
-            self.conn.execute("UPDATE chunks SET source = ? WHERE path = ? AND source != ?", (source, path, source))
+                self._attach_vector(cid, source or old_source, vectors.get(h))
         return len(new), len(gone)
 
-    def _attach_vector(self, chunk_id: int, matrix: np.ndarray | None) -> None:
+    def _attach_vector(self, chunk_id: int, source: str, matrix: np.ndarray | None) -> None:
         if matrix is None:
             return
         self.ensure_vec_table(matrix.shape[1])
         for window, row in enumerate(matrix):
-            cur = self.conn.execute("INSERT INTO chunk_vectors(chunk_id, window) VALUES (?, ?)", (chunk_id, window))
-            self.conn.execute(
-                "INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)",
-                (cur.lastrowid, np.ascontiguousarray(row, dtype=np.float32).tobytes()),
-            )
+            vid = self.conn.execute("INSERT INTO chunk_vectors(chunk_id, window) VALUES (?, ?)",
+                                    (chunk_id, window)).lastrowid
+            vector = np.ascontiguousarray(row, dtype=np.float32)
+            self.conn.execute("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", (vid, vector.tobytes()))
+            self.vectors.add(vid, chunk_id, source, vector)
         self.conn.execute("UPDATE chunks SET has_vector = 1 WHERE id = ?", (chunk_id,))
+
+    def _detach_vectors(self, chunk_id: int) -> np.ndarray:
+        """Delete the chunk's vector rows; → their vectors, in window order."""
+        rows = self.conn.execute(
+            "SELECT cv.rowid, v.embedding FROM chunk_vectors cv JOIN chunks_vec v ON v.rowid = cv.rowid "
+            "WHERE cv.chunk_id = ? ORDER BY cv.window", (chunk_id,)).fetchall()
+        self._delete_vectors(chunk_id)
+        return np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+
+    def _delete_vectors(self, chunk_id: int) -> None:
+        vids = [vid for (vid,) in self.conn.execute("SELECT rowid FROM chunk_vectors WHERE chunk_id = ?", (chunk_id,))]
+        for vid in vids:
+            self.conn.execute("DELETE FROM chunks_vec WHERE rowid = ?", (vid,))
+        self.conn.execute("DELETE FROM chunk_vectors WHERE chunk_id = ?", (chunk_id,))
+        if vids:
+            self.vectors.delete(vids)
 
     def _delete_chunks(self, ids: Sequence[int]) -> None:
         for cid in ids:
-            for (vid,) in self.conn.execute("SELECT rowid FROM chunk_vectors WHERE chunk_id = ?", (cid,)).fetchall():
-                self.conn.execute("DELETE FROM chunks_vec WHERE rowid = ?", (vid,))
-            self.conn.execute("DELETE FROM chunk_vectors WHERE chunk_id = ?", (cid,))
+            self._delete_vectors(cid)
             self.conn.execute("DELETE FROM chunks_fts WHERE rowid = ?", (cid,))
             self.conn.execute("DELETE FROM chunks WHERE id = ?", (cid,))
 
@@ -333,19 +403,11 @@ class IndexWriter(_Queries):
         """Attach vectors to every chunk still missing one whose hash is given. → chunks filled."""
         filled = 0
         for h, matrix in vectors.items():
-            ids = self.conn.execute("SELECT id FROM chunks WHERE hash = ? AND has_vector = 0", (h,)).fetchall()
-            for (cid,) in ids:
-                self._attach_vector(cid, matrix)
+            ids = self.conn.execute("SELECT id, source FROM chunks WHERE hash = ? AND has_vector = 0", (h,)).fetchall()
+            for cid, source in ids:
+                self._attach_vector(cid, source, matrix)
                 filled += 1
         return filled
-
-    def cache_put(self, embedder: str, vectors: Iterable[VectorData]) -> None:
-        now = self.clock()
-        self.conn.executemany(
-            "INSERT OR IGNORE INTO embedding_cache(embedder, hash, windows, dims, vector, created_at) "
-            "VALUES (?,?,?,?,?,?)",
-            [(embedder, v.hash, v.windows, v.dims, v.matrix().tobytes(), now) for v in vectors],
-        )
 
 
 class _Transaction:
@@ -356,11 +418,14 @@ class _Transaction:
 
     def __enter__(self) -> IndexWriter:
         self.writer.conn.execute("BEGIN IMMEDIATE")
+        self.writer.vectors.begin(int(self.writer.meta(META_GENERATION) or 0) + 1)
         return self.writer
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
             self.writer._bump_generation()
             self.writer.conn.execute("COMMIT")
+            self.writer.vectors.commit()
         else:
             self.writer.conn.execute("ROLLBACK")
+            self.writer.vectors.rollback()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import zlib
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memoryd.shared import chunking
 from memoryd.shared.chunking import Chunker, count_tokens, encoding, sha256_text
 
 WORDS = st.sampled_from(["deploy", "Docker", "E-404", "api/v2/users", "决定", "会議", "the", "and", "2026-01-20",
@@ -45,15 +48,32 @@ def test_chunker_properties(text: str, sizes: tuple[int, int]) -> None:
     assert [c.hash for c in chunker.chunk(text)] == [c.hash for c in chunks]  # stable
 
 
-def test_overlap_repeats_the_last_lines_of_the_previous_chunk() -> None:
-    text = "\n".join(f"line {i} has a few words in it" for i in range(200))
-    chunks = Chunker(tokens=100, overlap=30).chunk(text)
-    assert len(chunks) > 3
-    for a, b in zip(chunks, chunks[1:], strict=False):
+def test_a_cut_inside_running_text_repeats_the_last_lines_and_a_paragraph_end_does_not() -> None:
+    chunker = Chunker(tokens=100, overlap=30)
+    budget = chunker.tokens - chunker.overlap
+    # lines no hash picks as a boundary: the chunker can only cut them at its budget
+    lines = [line for line in (f"line {i} has a few words in it" for i in range(2000))
+             if zlib.crc32(line.encode()) >= (count_tokens(line) + 1) / (chunking.LINE_TARGET * budget) * 2**32][:60]
+    text = "\n".join(lines) + "\n\n" + "\n".join(f"after the paragraph {i}" for i in range(3))
+    chunks = chunker.chunk(text)
+    cuts = [(a, b) for a, b in zip(chunks, chunks[1:], strict=False) if b.start_line <= len(lines)]
+    assert len(cuts) > 2
+    for a, b in cuts:
         assert b.start_line <= a.end_line  # they overlap
         assert b.start_line > a.start_line  # and move forward
         overlap_text = "\n".join(text.split("\n")[b.start_line - 1:a.end_line])
         assert 0 < count_tokens(overlap_text) <= 30 + (a.end_line - b.start_line + 1)
+    (after,) = [c for c in chunks if "after the paragraph 0" in c.text]
+    assert after.start_line == len(lines) + 2  # it starts after the blank line: no overlap
+
+
+def test_chunks_start_at_headings() -> None:
+    """A section bigger than ``HEADING_MIN`` of the budget always ends before the next heading."""
+    sections = [f"## Section {i}\n\n" + "\n".join(f"- fact {i}.{j} about the deploy freeze" for j in range(8))
+                for i in range(20)]
+    chunks = Chunker(tokens=400, overlap=80).chunk("\n\n".join(sections))
+    assert [c.text.count("## Section") for c in chunks if "## Section" in c.text] == [1] * 20
+    assert all(c.text.startswith("## Section") for c in chunks if "## Section" in c.text)
 
 
 def test_one_over_long_line_is_split_inside_and_rejoins_exactly() -> None:

@@ -18,8 +18,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SERVICES = ROOT / "services"
 SHARED = ROOT / "shared"
-#: The only modules that may read os.environ: the settings loader, and `up` handing it to children.
-ENVIRONMENT_READERS = {SHARED / "config.py", SERVICES / "cli" / "up.py"}
+#: The only modules that may read os.environ: the settings loader, `up` handing it to children,
+#: and locate (the state dir and config file found before settings load, for the CLI's fast path).
+ENVIRONMENT_READERS = {SHARED / "config.py", SERVICES / "cli" / "up.py", SHARED / "locate.py"}
 
 
 def imports(path: Path) -> set[str]:

@@ -178,7 +178,7 @@ def test_an_index_of_another_embedder_is_not_mixed(fresh, tmp_path: Path) -> Non
     answer = search(QueryService(with_provider(fresh[0], "local", tmp_path)), "POSTGRES_URL")
     assert answer.mode == "keyword-only"
     assert "hash:feature-hash:256" in answer.reason and "not mixed" in answer.reason
-    assert answer.results[0].path == "MEMORY.md"
+    assert "MEMORY.md" in [r.path for r in answer.results]  # among the four notes naming it
 
 
 def test_new_content_is_seen_as_soon_as_it_is_committed(fresh) -> None:

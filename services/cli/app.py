@@ -4,20 +4,47 @@ before or after every command; errors become exit codes here and nowhere else.""
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
 
-from memoryd.services.cli import agents, jobs, log, pipeline, query, session, status
-from memoryd.shared.config import load_settings
 from memoryd.shared.exceptions import ConfigError, MemorydError
 from memoryd.shared.redact import redact, redact_logs
 
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
 
+#: Every command: the module (services/cli/<module>.py) that registers it, and its help line.
+#: ``memoryd --help`` lists them without importing any module, and ``memoryd CMD …`` imports
+#: CMD's module only, so nothing heavy (pydantic, rq, redis, numpy, the model) loads for a
+#: command that does not use it. tests/test_cli_transport.py keeps this table equal to what
+#: the modules register: a new command is added here too.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "up": ("pipeline", "run every service in the foreground (Ctrl-C stops all)"),
+    "redis": ("pipeline", "run a private Redis for this state dir in the foreground (the Procfile's redis line)"),
+    "watcher": ("pipeline", "run the watcher service (file changes → events)"),
+    "worker": ("pipeline", "run one stage's worker: chunk, embed, index or session"),
+    "index": ("pipeline", "push every memory file of a workspace through the pipeline and wait"),
+    "status": ("status", "files, chunks, missing vectors, queues and failing jobs per agent"),
+    "doctor": ("status", "check Redis, sqlite-vec, tokenizer, provider, and each agent's memory hygiene"),
+    "retry": ("jobs", "requeue failed jobs (all, or those of --agent / --stage, or the JOB_IDs given)"),
+    "search": ("query", "memory_search: find snippets in an agent's memory"),
+    "get": ("query", "memory_get: print exact lines of a memory file"),
+    "serve": ("query", "run the HTTP query API (memory_search, memory_get)"),
+    "mcp": ("query", "run the MCP server for one agent (stdio, or --http)"),
+    "session": ("session", "session transcripts: append, context, compact, new, show"),
+    "replay": ("log", "fold an agent's event log into an index: the live one, or --into PATH"),
+    "log": ("log", "the durable event log: stats, diff"),
+    "agents": ("agents", "add, list and remove agents; issue their tokens"),
+}
+#: Global options that take a value (skipped when looking for the command in the arguments).
+_VALUED = ("--config", "--state-dir")
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
+    """The parser of ``command`` (its module's commands only); ``"*"``: every command (tests,
+    docs); None: every command listed for ``--help``, none of their modules imported."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", default=argparse.SUPPRESS,
                         help="config file (JSON, the shape of openclaw.json); default $MEMORYD_CONFIG")
@@ -30,25 +57,71 @@ def build_parser() -> argparse.ArgumentParser:
         description="Agent memory in Markdown, indexed by a pipeline of workers, searched by agents.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    pipeline.register(sub, common)
-    status.register(sub, common)
-    jobs.register(sub, common)
-    query.register(sub, common)
-    session.register(sub, common)
-    log.register(sub, common)
-    agents.register(sub, common)
+    if command is None:
+        for name, (_, help_text) in COMMANDS.items():
+            sub.add_parser(name, help=help_text)
+        return parser
+    modules = dict.fromkeys(m for m, _ in COMMANDS.values())
+    for module in modules if command not in COMMANDS else [COMMANDS[command][0]]:
+        importlib.import_module(f"memoryd.services.cli.{module}").register(sub, common)
+    _describe(parser)
     return parser
 
 
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Every (sub)command's ``--help`` opens with its help line unless it has a longer description."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                sub = action.choices[choice.dest]
+                sub.description = sub.description or choice.help
+                _describe(sub)
+
+
+def _command(argv: list[str]) -> str | None:
+    """The command named in ``argv`` (``"*"``: an unknown one, so argparse lists them all)."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _VALUED:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg if arg in COMMANDS else "*"
+    return None
+
+
+def _config_of_running_up(args: argparse.Namespace) -> None:
+    """Given no --config and no $MEMORYD_CONFIG, use the config file of the `memoryd up` running on
+    this state dir (shared/running.py), so every command sees the settings the services run with."""
+    from memoryd.shared import locate, running
+
+    if args.command == "up" or locate.config_file(getattr(args, "config", None)):
+        return
+
+    _, config = running.running_up(locate.state_dir(getattr(args, "state_dir", None), None))
+    if config:
+        args.config = config
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     redact_logs()
+    _config_of_running_up(args)
     try:
+        # search/get: a running server of this installation answers first (services/cli/remote.py),
+        # before this process loads its settings, numpy or the model.
+        answered = args.remote(args) if getattr(args, "remote", None) else None
+        if answered is not None:
+            return answered
+        from memoryd.shared.config import load_settings
+
         settings = load_settings(getattr(args, "config", None), getattr(args, "state_dir", None))
         return int(args.func(args, settings) or 0)
     except ConfigError as exc:

@@ -6,15 +6,20 @@ import argparse
 import datetime as dt
 import json
 import sys
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING
 
+from memoryd.services.cli import remote
 from memoryd.services.cli.text import plural, snippet_lines
-from memoryd.services.query.models import Fusion, GetRequest, GetResponse, SearchRequest, SearchResponse, dump
 from memoryd.shared.auth import Tokens, is_loopback, tokens_required
-from memoryd.shared.config import Settings
 
 if TYPE_CHECKING:
     from memoryd.services.query.engine import QueryService
+    from memoryd.services.query.models import SearchResponse
+    from memoryd.shared.config import Settings
+
+#: The wire's ``Fusion`` values (services/query/models.py), spelled here so that parsing the
+#: command line imports no pydantic; tests/test_cli_transport.py checks they agree.
+FUSIONS = ("rrf", "weighted", "keyword", "vector")
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -23,16 +28,18 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--agent", default="main", help="agent id (default main)")
     p.add_argument("--max-results", type=int, help="at most this many results (default: the agent's, 6)")
     p.add_argument("--min-score", type=float, help="drop results below this score (default: the agent's, 0.35)")
-    p.add_argument("--fusion", choices=get_args(Fusion),
+    p.add_argument("--fusion", choices=FUSIONS,
                    help="rrf (default), weighted (the seed's 0.7/0.3), keyword or vector alone")
     p.add_argument("--source", help="only this source: memory, an extraPath's source name, or all (default)")
     p.add_argument("--after", type=dt.date.fromisoformat, metavar="YYYY-MM-DD",
                    help="only daily notes dated on or after this day (the date in the file name)")
     p.add_argument("--before", type=dt.date.fromisoformat, metavar="YYYY-MM-DD",
                    help="only daily notes dated on or before this day")
+    p.add_argument("--as-of", metavar="WHEN",
+                   help="search the index as it was then (ISO date or time, or a log sequence number)")
     p.add_argument("--explain", action="store_true", help="show each result's vector, text and fused score")
     p.add_argument("--json", action="store_true", help="print the memory_search JSON")
-    p.set_defaults(func=cmd_search)
+    p.set_defaults(func=cmd_search, remote=remote_search)
 
     p = sub.add_parser("get", parents=[common], help="memory_get: print exact lines of a memory file")
     p.add_argument("path", help="path as memory_search returns it, e.g. memory/2026-01-20.md")
@@ -40,7 +47,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--from", dest="from_", type=int, default=1, metavar="LINE", help="first line, 1-based (default 1)")
     p.add_argument("--lines", type=int, help="how many lines (default: to the end, capped)")
     p.add_argument("--json", action="store_true", help="print the memory_get JSON")
-    p.set_defaults(func=cmd_get)
+    p.set_defaults(func=cmd_get, remote=remote_get)
 
     p = sub.add_parser("serve", parents=[common], help="run the HTTP query API (memory_search, memory_get)")
     p.add_argument("--host", help="interface to listen on (default memoryd.server.host, 127.0.0.1)")
@@ -66,10 +73,22 @@ def _service(settings: Settings) -> QueryService:
     return QueryService(settings)
 
 
+def remote_search(args: argparse.Namespace) -> int | None:
+    """The answer of a running server (JSON as it sent it); None: no server, answer here."""
+    return remote.answered(args, "memory_search", remote.search_body(args),
+                           remote.print_json if args.json else lambda a: print(format_search(_response(a), args.query)))
+
+
+def _response(answer: dict) -> SearchResponse:
+    from memoryd.services.query.models import SearchResponse
+
+    return SearchResponse.model_validate(answer)
+
+
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
-    request = SearchRequest(query=args.query, max_results=args.max_results, min_score=args.min_score,
-                            fusion=args.fusion, source=args.source, after=args.after, before=args.before,
-                            explain=args.explain)
+    from memoryd.services.query.models import SearchRequest, dump
+
+    request = SearchRequest.model_validate(remote.search_body(args))
     answer = _service(settings).search(args.agent, request)
     if args.json:
         print(json.dumps(dump(answer), ensure_ascii=False, indent=2))
@@ -94,26 +113,32 @@ def format_search(answer: SearchResponse, query: str | None = None) -> str:
                 return "-" if score is None else f"{score:.3f}" + (f" (#{rank})" if rank else "")
 
             lines.append(f"       vector {part(e.vector, e.vector_rank)}  text {part(e.text, e.text_rank)}  "
-                         f"bm25 {'-' if e.bm25 is None else f'{e.bm25:.2f}'}  fused {e.fused:.3f}")
+                         f"bm25 {'-' if e.bm25 is None else f'{e.bm25:.2f}'}  fused {e.fused:.3f}"
+                         + ("" if e.weight is None else f" (× {e.weight:.3f})"))
         lines += ["       " + line for line in snippet_lines(r.snippet, query, r.end_line - r.start_line + 1)]
     return "\n".join(lines)
 
 
+def remote_get(args: argparse.Namespace) -> int | None:
+    return remote.answered(args, "memory_get", remote.get_body(args), remote.print_json if args.json else _print_get)
+
+
+def _print_get(answer: dict) -> None:
+    print(answer["text"])
+    if answer.get("note"):
+        print(f"memoryd: {answer['note']}", file=sys.stderr)
+
+
 def cmd_get(args: argparse.Namespace, settings: Settings) -> int:
-    request = GetRequest(path=args.path, from_=args.from_, lines=args.lines)
-    answer: GetResponse = _service(settings).get(args.agent, request)
-    if args.json:
-        print(json.dumps(dump(answer), ensure_ascii=False, indent=2))
-    else:
-        print(answer.text)
-        if answer.note:
-            print(f"memoryd: {answer.note}", file=sys.stderr)
+    from memoryd.services.query.models import GetRequest, dump
+
+    request = GetRequest.model_validate(remote.get_body(args))
+    answer = _service(settings).get(args.agent, request)
+    (remote.print_json if args.json else _print_get)(dump(answer))
     return 0
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    import uvicorn
-
     from memoryd.services.query.http import create_app
     from memoryd.services.session.api import build_router
 
@@ -121,7 +146,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     host = args.host or server.host
     required = _tokens_required(settings, host, args.insecure)
     app = create_app(settings, routers=[build_router(settings)], require_token=required)
-    uvicorn.run(app, host=host, port=args.port or server.port, log_level="warning")
+    remote.serve(app, host, server.port if args.port is None else args.port, settings)
     return 0
 
 

@@ -41,7 +41,7 @@ from memoryd.services.query.models import (
     SearchResponse,
     SearchResult,
 )
-from memoryd.services.query.vectors import VectorHit, VectorMatrix, single_blas_thread
+from memoryd.services.query.vectors import VectorHit, VectorIndex, single_blas_thread
 from memoryd.shared import providers, sqlitedb
 from memoryd.shared.agents import LiveSettings
 from memoryd.shared.config import AgentConfig, Settings
@@ -60,7 +60,10 @@ class AgentIndex:
         self.identity: tuple[int, int] | None = None
         self.generation: str | None = None
         self.embedder: str | None = None
-        self.vectors: VectorMatrix | None = None
+        self.vectors: VectorIndex | None = None
+        #: The generation the vectors were last brought to: they follow lazily, on the first
+        #: search that wants them, so a keyword-only search never maps the vector file.
+        self.vectors_at: str | None = None
         self.keyword: query_keyword.KeywordSearcher | None = None
         self.lock = threading.Lock()
 
@@ -69,6 +72,8 @@ class AgentIndex:
         """Hold the index at its latest committed state for the duration of the block."""
         with self.lock:
             self._reopen_if_replaced()
+            if self.vectors is not None:
+                self.vectors.remap()  # before BEGIN: a new vector file never lags the snapshot
             self.conn.execute("BEGIN")
             try:
                 self._refresh()
@@ -95,13 +100,9 @@ class AgentIndex:
         if generation == self.generation and self.keyword is not None:
             return
         self.embedder = self._meta(META_EMBEDDER)
-        dims = self._meta(META_DIMS)
-        if dims is None:
+        if self._meta(META_DIMS) is None and self.vectors is not None:
+            self.vectors.close()
             self.vectors = None
-        else:
-            if self.vectors is None or self.vectors.dims != int(dims):
-                self.vectors = VectorMatrix(int(dims))
-            self.vectors.refresh(self.conn)
         assert self.keyword is not None
         self.keyword.refresh(generation)
         self.generation = generation
@@ -109,6 +110,17 @@ class AgentIndex:
     def _meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
+
+    def vector_index(self) -> VectorIndex | None:
+        """The index's vectors at this snapshot (call inside it); None when it has none."""
+        if self._meta(META_DIMS) is None:
+            return None
+        if self.vectors is None:
+            self.vectors = VectorIndex(self.path)
+        if self.vectors_at != self.generation or self.vectors.file is None:
+            self.vectors.refresh(self.conn, int(self.generation or 0))
+            self.vectors_at = self.generation
+        return self.vectors
 
     def chunks(self, ids: list[int]) -> dict[int, tuple[str, str, int, int, str]]:
         """id → (path, source, start_line, end_line, text) of the chunks that still exist."""
@@ -132,7 +144,10 @@ class AgentIndex:
         self.conn = None
         self.identity = None
         self.generation = None
+        if self.vectors is not None:
+            self.vectors.close()
         self.vectors = None
+        self.vectors_at = None
         self.keyword = None
 
 
@@ -359,14 +374,16 @@ class QueryService:
         """The scan of the index's vectors once the query is embedded; or why there is none."""
         if isinstance(embedding, Vectors):
             return embedding
-        if index.vectors is None or not len(index.vectors):
+        matrix = index.vector_index()
+        if matrix is not None and matrix.reason:
+            return Vectors(None, f"{matrix.reason}: answered by keyword")
+        if matrix is None or not len(matrix):
             return Vectors(None, f"index of agent {agent.id!r} has no vectors yet: answered by keyword")
         made_by = self._chain(agent)[0].embedder
         if made_by != index.embedder:
             return Vectors(None, f"index holds vectors of {index.embedder!r}, the configured provider makes "
                                  f"{made_by!r}; they are not mixed. Rebuild with `memoryd index "
                                  f"--agent {agent.id}` (keyword-only until then)")
-        matrix = index.vectors
         return VectorSide(embedding, lambda query: matrix.search(query, limit, source), self._scans)
 
     def _chain(self, agent: AgentConfig) -> list[providers.Provider]:

@@ -1,0 +1,145 @@
+"""``memoryd search`` / ``get`` through the running query service, when one serves this installation.
+
+A search in a new process would load the settings, numpy, the model and the agent's
+vectors before answering; a running ``memoryd serve`` has them loaded and answers in
+milliseconds. So the CLI first looks for ``<state>/serve.json`` (shared/locate.py) and
+sends the request there — with nothing heavier imported than ``http.client`` — and falls
+back to answering in-process when no server runs, it does not answer, or it wants a token
+the CLI does not have. Both ways send the same body (``search_body`` / ``get_body``) and
+print the same JSON. The request is one HTTP/1.1 exchange over a plain socket: the stdlib's
+``http.client`` would cost more to import than the server takes to answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import urllib.parse
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from memoryd.shared import locate
+from memoryd.shared.exceptions import MemorydError
+
+if TYPE_CHECKING:
+    from memoryd.shared.config import Settings
+
+#: Seconds to connect to the server the state dir names: a live one on this host accepts at once.
+CONNECT_TIMEOUT = 0.5
+#: Seconds an answer may take once connected (the server's first search loads an agent's index).
+ANSWER_TIMEOUT = 300.0
+#: Exit codes of the CLI (services/cli/app.py): an error, a configuration error.
+EXIT_ERROR, EXIT_CONFIG = 1, 2
+
+
+def search_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The memory_search request of ``memoryd search``'s arguments, as the wire has it."""
+    fields = {"query": args.query, "maxResults": args.max_results, "minScore": args.min_score, "fusion": args.fusion,
+              "source": args.source, "after": _iso(getattr(args, "after", None)),
+              "before": _iso(getattr(args, "before", None)), "asOf": getattr(args, "as_of", None),
+              "explain": args.explain or None}
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def get_body(args: argparse.Namespace) -> dict[str, Any]:
+    fields = {"path": args.path, "from": args.from_, "lines": args.lines}
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _iso(value: Any) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def ask(args: argparse.Namespace, tool: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    """(HTTP status, JSON answer) from the running server; None when there is none to ask."""
+    config = locate.config_file(getattr(args, "config", None))
+    url = locate.running_server(locate.state_dir(getattr(args, "state_dir", None), config), config)
+    if url is None:
+        return None
+    parts = urllib.parse.urlsplit(url)
+    path = f"/v1/agents/{urllib.parse.quote(args.agent, safe='')}/{tool}"
+    try:
+        status, payload = _post(parts.hostname or "127.0.0.1", parts.port or 80, path, json.dumps(body).encode())
+        answer = json.loads(payload)
+    except (OSError, ValueError, IndexError):
+        return None  # gone or not answering: this process answers itself
+    if status == 401:
+        return None  # the server wants a token; the files are readable here without one
+    return status, answer
+
+
+def _post(host: str, port: int, path: str, body: bytes) -> tuple[int, bytes]:
+    """POST ``body`` as JSON; → (status, response body). Raises OSError / ValueError on a bad exchange."""
+    request = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+    with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT) as sock:
+        sock.settimeout(ANSWER_TIMEOUT)
+        sock.sendall(request)
+        received = []
+        while data := sock.recv(1 << 16):
+            received.append(data)
+    head, _, payload = b"".join(received).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    if any(line.lower().replace(" ", "") == "transfer-encoding:chunked" for line in lines[1:]):
+        payload = _unchunk(payload)
+    return status, payload
+
+
+def _unchunk(data: bytes) -> bytes:
+    out = []
+    while data:
+        size_line, _, rest = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out.append(rest[:size])
+        data = rest[size + 2:]
+    return b"".join(out)
+
+
+def answered(args: argparse.Namespace, tool: str, body: dict[str, Any],
+             show: Callable[[dict[str, Any]], None]) -> int | None:
+    """Answer through the server: print (``show``) and → the exit code; None: answer in-process."""
+    found = ask(args, tool, body)
+    if found is None:
+        return None
+    status, answer = found
+    if status == 200:
+        show(answer)
+        return 0
+    error = answer.get("error", {}) if isinstance(answer, dict) else {}
+    print(f"memoryd: {error.get('message', answer)}", file=sys.stderr)
+    return EXIT_CONFIG if error.get("code") == "invalid_config" else EXIT_ERROR
+
+
+def print_json(answer: dict[str, Any]) -> None:
+    print(json.dumps(answer, ensure_ascii=False, indent=2))
+
+
+def serve(app: Any, host: str, port: int, settings: Settings) -> None:
+    """Run ``app`` under uvicorn on ``host:port`` (0: any free port), announced in the state dir
+    (``serve.json``) from the moment it listens until it stops, for the CLI to find."""
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise MemorydError(f"cannot listen on {host}:{port}: {exc.strerror} (another memoryd serve or up?): stop it, "
+                           "or choose another port with --port or memoryd.server.port") from None
+    sock.listen(2048)  # connections wait in the backlog until uvicorn accepts them
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    locate.announce(settings.state_dir, f"http://{shown}:{bound}", settings.source_file)
+    print(f"memoryd: HTTP API at http://{shown}:{bound} (docs at http://{shown}:{bound}/docs); ready", flush=True)
+    try:
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    finally:
+        locate.withdraw(settings.state_dir)
+        sock.close()

@@ -1,0 +1,70 @@
+"""Where an installation lives, found without loading its settings — and the running server's address.
+
+``memoryd search`` / ``get`` first ask a running ``memoryd serve`` of the same installation:
+its answer takes milliseconds, while loading the settings (pydantic) alone takes a few
+hundred and loading the model and the index more. So the state dir is found here with the
+precedence ``load_settings`` gives it — ``--state-dir``, ``$MEMORYD_STATE_DIR``, the config
+file's ``memoryd.stateDir``, ``~/.memoryd`` — reading nothing but the environment and the
+JSON file. ``memoryd serve`` writes ``<state>/serve.json`` (its URL, pid and config file)
+once it listens and removes it when it stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+from memoryd.shared import defaults as d
+
+SERVER_FILE = "serve.json"
+
+
+def config_file(explicit: str | None) -> str | None:
+    """The config file a process uses: ``--config``, else ``$MEMORYD_CONFIG``, else none."""
+    return explicit or os.environ.get("MEMORYD_CONFIG") or None
+
+
+def state_dir(explicit: str | None, config: str | None) -> Path:
+    """The state dir with ``load_settings``'s precedence (an unreadable config file: the default)."""
+    chosen = explicit or os.environ.get("MEMORYD_STATE_DIR")
+    if not chosen and config:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            data = json.loads(Path(config).expanduser().read_text(encoding="utf-8"))
+            chosen = data.get("memoryd", {}).get("stateDir")
+    return Path(chosen or d.STATE_DIR).expanduser()
+
+
+def _same_file(a: str | None, b: str | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
+def running_server(state: Path, config: str | None) -> str | None:
+    """The URL of a live ``memoryd serve`` of this state dir started with the same config file."""
+    try:
+        found = json.loads((state / SERVER_FILE).read_text(encoding="utf-8"))
+        os.kill(int(found["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # none, or it died without removing its file
+    return found["url"] if _same_file(found.get("config"), config) else None
+
+
+def announce(state: Path, url: str, config: str | None) -> Path:
+    """Record this server's address for the CLI (atomically: a reader sees the whole file or none)."""
+    state.mkdir(parents=True, exist_ok=True)
+    path = state / SERVER_FILE
+    tmp = path.with_name(f".{SERVER_FILE}.{os.getpid()}")
+    tmp.write_text(json.dumps({"url": url, "pid": os.getpid(), "config": config}), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def withdraw(state: Path) -> None:
+    """Remove the address file if it is still this process's (another server may have replaced it)."""
+    path = state / SERVER_FILE
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        if json.loads(path.read_text(encoding="utf-8"))["pid"] == os.getpid():
+            path.unlink()
