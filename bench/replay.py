@@ -75,7 +75,7 @@ def _sizes(settings: Settings) -> dict[str, int]:
 def replay_bench(tmp: Path, target_chunks: int) -> dict[str, Any]:
     settings = _settings(tmp, "replay")
     memory = settings.agent(AGENT).workspace / "memory"
-    files = max(1, target_chunks // 40)  # ~40 chunks of 400 tokens per 400-line file
+    files = max(1, target_chunks // 105)  # ~105 chunks of 400 tokens per 400-line file
     for i in range(files):
         (memory / f"2026-{1 + i % 12:02d}-{1 + i % 28:02d}-{i:05d}.md").write_text(
             "".join(_line(i, j) for j in range(LINES_PER_FILE)))

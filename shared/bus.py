@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Sequence
 
 import redis
@@ -54,6 +55,9 @@ JOBS = {
     "compact": "memoryd.services.session.service.compact_job",
     "session_memory": "memoryd.services.session.service.session_memory_job",
 }
+#: The key whose value changes when Redis lost its data (shared/recovery.py): set by the
+#: first emit into an empty Redis, watched by the indexers.
+LOG_EPOCH = "log-epoch"
 #: The queue of each job that is not named after its stage.
 JOB_STAGE = {"backfill": "embed", "fill": "index", "rebuild": "index", "flush": "session", "compact": "session",
              "session_memory": "session"}
@@ -127,6 +131,8 @@ class Bus:
         self.log(events)
         payloads = [e.model_dump_json() for e in events]
         self.enqueue(job, payloads, job_id=job_id, bulk=bulk)
+        # Redis holds queued work now: a new value here after a flush tells recovery it lost some.
+        self.conn.set(self.key(LOG_EPOCH), uuid.uuid4().hex, nx=True)
 
     # --- a run of `memoryd index`: counters the stages bump, the CLI reads ---------------
     def count(self, run: str | None, **fields: int) -> None:

@@ -173,6 +173,8 @@ LOG_RECOVERY_SECONDS = 1.0
 #: How often the indexer seals checkpoints and applies retention: a segment takes days to
 #: fill, so a minute's delay costs nothing.
 LOG_COMPACT_SECONDS = 60.0
+#: The first indexer to see a loss claims its re-drive for this long: the others skip it.
+REDRIVE_CLAIM_SECONDS = 3600
 
 # --- the HTTP server ---------------------------------------------------------------------
 #: Loopback only: memory is private until auth is set up for a wider address.

@@ -162,11 +162,14 @@ def rebuild_slice(settings: Settings, agent: str, *, budget: float | None = None
         try:
             start_index(writer, wanted, target.embedder)
             deadline = None if budget is None else started + budget
-            if not materialize(settings, agent, fold(settings, agent), writer, target, stores, counts,
-                               deadline=deadline):
+            with writer.transaction():  # a slice is one commit: the vector file is written once per slice
+                done = materialize(settings, agent, fold(settings, agent), writer, target, stores, counts,
+                                   deadline=deadline)
+            if not done:
                 return {"done": False, "busy": False, **counts.as_dict()}
             with swap_lock(settings, agent).held(exclusive=True):
-                materialize(settings, agent, fold(settings, agent), writer, target, stores, counts)
+                with writer.transaction():
+                    materialize(settings, agent, fold(settings, agent), writer, target, stores, counts)
                 writer.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 writer.close()
                 swap_in(Path(plan["temp"]), index)

@@ -2,9 +2,10 @@
 
 Every event is logged before it is queued, so after Redis restarts empty (or is flushed)
 mid-pipeline the log holds everything whose job was lost. The indexer notices within a
-second: it keeps a marker key in Redis (``memoryd:<namespace>:log-epoch``); when the key
-is gone, the first indexer to set it again compares each agent's folded log with its
-index and queues, without logging them again, the events that never reached the index:
+second: the first emit into an empty Redis sets a marker key (``memoryd:<namespace>:log-epoch``)
+to a new value; when the key is gone or its value changed, the first indexer to see it
+compares each agent's folded log with its index and queues, without logging them again,
+the events that never reached the index:
 
 - an index-stage event (``chunks.embedded``, ``file.deleted``, ``file.skipped``) newer than
   the index's row of that path goes back to the indexer, texts and vectors read back by
@@ -13,7 +14,7 @@ index and queues, without logging them again, the events that never reached the 
   in the vector store already), a ``file.changed`` back to the chunker;
 - a rebuild that was under way is queued again (it resumes from its temp file).
 
-The same check, every few seconds, seals checkpoints and applies retention (checkpoints.py).
+The same thread seals checkpoints and applies retention every minute (checkpoints.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from memoryd.shared import defaults as d
 from memoryd.shared import rebuild
-from memoryd.shared.bus import Bus
+from memoryd.shared.bus import LOG_EPOCH, Bus
 from memoryd.shared.checkpoints import compact, fold
 from memoryd.shared.config import Settings
 from memoryd.shared.eventlog import EventLog, hydrate
@@ -33,8 +34,6 @@ from memoryd.shared.exceptions import IndexMissing
 from memoryd.shared.store import IndexReader
 
 log = logging.getLogger("memoryd.recovery")
-
-MARKER = "log-epoch"
 
 
 def _held(settings: Settings, agent: str) -> dict[str, int]:
@@ -91,14 +90,23 @@ class Recovery:
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
+        self.seen: bytes | None = None
         self.compacted_at = 0.0
 
     def check(self, settings: Settings) -> dict[str, dict[str, int]]:
-        """Re-drive every agent if Redis lost its data since the last check (this process set
-        the marker again); seal checkpoints every LOG_COMPACT_SECONDS. → what was re-driven."""
-        key = self.bus.key(MARKER)
+        """Re-drive every agent if Redis lost its data since the last check: its marker key is
+        gone, or holds a value set since (an emit into the emptied Redis came first). Once per
+        loss, whichever indexer sees it first. Seal checkpoints every LOG_COMPACT_SECONDS."""
+        key = self.bus.key(LOG_EPOCH)
+        current = self.bus.conn.get(key)
+        lost = current is None or (self.seen is not None and current != self.seen)
+        if current is None:
+            self.bus.conn.set(key, uuid.uuid4().hex, nx=True)
+            current = self.bus.conn.get(key)
+        self.seen = current
         redriven = {}
-        if not self.bus.conn.exists(key) and self.bus.conn.set(key, uuid.uuid4().hex, nx=True):
+        if lost and current is not None and self.bus.conn.set(f"{key}:redriven:{current.decode()}", 1, nx=True,
+                                                              ex=d.REDRIVE_CLAIM_SECONDS):
             redriven = {agent: redrive(settings, self.bus, agent) for agent in settings.agent_ids()}
         if time.monotonic() - self.compacted_at >= d.LOG_COMPACT_SECONDS:
             self.compacted_at = time.monotonic()

@@ -101,7 +101,8 @@ def build(settings: Settings, agent: str, state: LogState, target: Target, into:
     writer = IndexWriter(temp)
     try:
         start_index(writer, target.fingerprint(state), target.embedder)
-        materialize(settings, agent, state, writer, target, stores, counts)
+        with writer.transaction():  # one commit: the vector file is written (and fitted) once
+            materialize(settings, agent, state, writer, target, stores, counts)
         writer.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         writer.close()

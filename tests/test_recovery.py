@@ -1,0 +1,47 @@
+"""When recovery re-drives from the log, and when it must not: a real Redis, in one process
+(the fault suite's tests/faults/test_log_recovery.py runs the real workers through it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import redis
+
+from memoryd.shared.bus import Bus
+from memoryd.shared.indexing import changed_event
+from memoryd.shared.recovery import Recovery
+from memoryd.shared.workspace import Workspace
+
+
+def _queued(bus: Bus, stage: str) -> int:
+    return sum(q.count for q in bus.lanes(stage))
+
+
+def test_a_flush_is_seen_even_when_an_emit_refilled_the_marker_first_and_redriven_once(
+        workspace: Path, make_settings, redis_url: str) -> None:
+    (workspace / "memory" / "a.md").write_text("- a fact\n")
+    (workspace / "memory" / "b.md").write_text("- another fact\n")
+    settings, _ = make_settings(workspace, redis=redis_url)
+    bus = Bus(redis.Redis.from_url(redis_url), settings)
+    first, second = Recovery(bus), Recovery(bus)  # two indexer processes
+    assert first.check(settings) == {"main": {"index": 0, "embed": 0, "chunk": 0}}  # an empty Redis: looked
+    assert second.check(settings) == {}
+    files = list(Workspace(settings.agent("main")).scan())
+    bus.emit("chunk", [changed_event(bus, "main", files[0], origin="watch")])
+    assert first.check(settings) == {} and _queued(bus, "chunk") == 1  # queued, not lost: nothing to do
+    bus.conn.flushdb()  # the queued change is lost; then the watcher emits another one at once
+    bus.emit("chunk", [changed_event(bus, "main", files[1], origin="watch")])
+    assert _queued(bus, "chunk") == 1
+    redriven = first.check(settings)
+    assert redriven == {"main": {"index": 0, "embed": 0, "chunk": 2}}  # both logged changes the index lacks
+    assert _queued(bus, "chunk") == 2 and second.check(settings) == {}  # the other indexer leaves it
+
+
+def test_an_indexer_starting_on_a_redis_that_holds_work_does_not_redo_it(workspace: Path, make_settings,
+                                                                          redis_url: str) -> None:
+    (workspace / "memory" / "a.md").write_text("- a fact\n")
+    settings, _ = make_settings(workspace, redis=redis_url)
+    bus = Bus(redis.Redis.from_url(redis_url), settings)
+    (found,) = Workspace(settings.agent("main")).scan()
+    bus.emit("chunk", [changed_event(bus, "main", found, origin="index")])  # `memoryd index` queued it
+    assert Recovery(bus).check(settings) == {} and _queued(bus, "chunk") == 1
