@@ -105,7 +105,7 @@ def test_search_and_get_go_to_a_running_server_then_fall_back(settings: Settings
         out, report = cli(settings, "get", "../outside.md", env=broken)  # the server's error, as an exit code
         assert report["code"] == app.EXIT_ERROR and "climbs out" in out.stderr
     finally:
-        server.send_signal(signal.SIGINT)
+        server.send_signal(signal.SIGTERM)  # as `memoryd up` or a service manager stops it
         server.wait(timeout=30)
     assert not announced.exists()  # withdrawn on exit
     out, report = cli(settings, "search", "E-404", "--json")  # no server: answered in-process

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import socket
 import sys
 import urllib.parse
@@ -138,8 +139,15 @@ def serve(app: Any, host: str, port: int, settings: Settings) -> None:
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     locate.announce(settings.state_dir, f"http://{shown}:{bound}", settings.source_file)
     print(f"memoryd: HTTP API at http://{shown}:{bound} (docs at http://{shown}:{bound}/docs); ready", flush=True)
+    # uvicorn stops on SIGTERM, then raises the signal again once it has: by default that would
+    # end the process before the address file is withdrawn.
+    signal.signal(signal.SIGTERM, _stopped)
     try:
         uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     finally:
         locate.withdraw(settings.state_dir)
         sock.close()
+
+
+def _stopped(signum: int, frame: object) -> None:
+    raise SystemExit(0)  # asked to stop (memoryd up, a service manager): the finally blocks run
