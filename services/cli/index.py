@@ -77,12 +77,19 @@ def live_stages(bus: busmod.Bus) -> set[str]:
 
 class _ThreadWorker(StageWorker):
     """A stage's RQ worker on a thread of ``memoryd index``: signals stay with the main
-    thread, and a job's timeout is a timer instead of SIGALRM (main thread only)."""
+    thread, a job's timeout is a timer instead of SIGALRM (main thread only), and registry
+    maintenance is left to the service workers."""
 
     death_penalty_class = TimerDeathPenalty
 
     def _install_signal_handlers(self) -> None:
         return None
+
+    @property
+    def should_run_maintenance_tasks(self) -> bool:
+        """No: an idle thread's worker is made anew every second, and RQ would clean every registry
+        each time; the service workers (and RQ's TTLs) keep the registries."""
+        return False
 
 
 class LocalStages:
@@ -252,22 +259,24 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
         bus = busmod.Bus(conn, settings)
         set_context(settings, conn)
         run = uuid.uuid4().hex
-        chunking, total = queue_run(bus, settings, agent, run)
-        if chunking == 0 and total == 0:
-            print(f"memoryd: {no_memory_hint(agent)}", file=sys.stderr)
         workers = live_stages(bus) >= set(PIPELINE) and not private
-        if workers and not args.wait:
-            return _queued(args, agent, run, total, url)
-        embedding = providers.describe(agent.memory_search)[0] != "none"
-        progress = IndexProgress(mode_for(args.json), total)
-        local = None if workers else LocalStages(bus, agent.id).start()
+        local = None if workers else LocalStages(bus, agent.id).start()  # the model loads while files are read
         try:
-            counts = follow(bus, run, total, progress, embedding=embedding, local=local)
+            chunking, total = queue_run(bus, settings, agent, run)
+            if chunking == 0 and total == 0:
+                print(f"memoryd: {no_memory_hint(agent)}", file=sys.stderr)
+            if workers and not args.wait:
+                return _queued(args, agent, run, total, url)
+            embedding = providers.describe(agent.memory_search)[0] != "none"
+            progress = IndexProgress(mode_for(args.json), total)
+            try:
+                counts = follow(bus, run, total, progress, embedding=embedding, local=local)
+            finally:
+                progress.close()
+            raw = bus.run_counts(run)
         finally:
-            progress.close()
             if local is not None:
                 local.close()
-        raw = bus.run_counts(run)
     finally:
         if private:
             private.stop()
