@@ -208,8 +208,8 @@ def index_local(tmp: Path, redis: str, files: int, lines: int) -> dict:
             "end_to_end_vs_in_process": round(rate / inline_rate, 3),
             "peak_rss_mb": round(peak / 2**20, 1), "max_rss_of_one_process_mb": round(children_maxrss / 2**20, 1),
             "batch_windows": settings.agent(name).memory_search.local.batch_size,
-            # where the memory goes: the model alone on 200 of these chunks, 32 (0.1's batch) and 8 windows per run
-            "model_only_peak_rss_mb": {f"batch_{b}": model_rss(texts[:200], b, tmp) for b in (32, 8)}}
+            # where the memory goes: the model alone on 200 of these chunks, 32 (0.1's batch), 8 and 4 windows per run
+            "model_only_peak_rss_mb": {f"batch_{b}": model_rss(texts[:200], b, tmp) for b in (32, 8, 4)}}
 
 
 def latency(tmp: Path, redis: str, edits: int) -> dict:

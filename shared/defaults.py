@@ -64,9 +64,11 @@ WINDOW_PIECES = 256
 #: Word pieces shared by neighbouring windows, so a sentence cut by a window is whole in one.
 WINDOW_OVERLAP = 32
 #: Windows per ONNX run of the local model. ONNX's memory arena keeps the peak of the biggest
-#: run, which grows with batch × width²: 32 windows of 256 pieces held ~550 MB more than
-#: none, 8 hold ~130 MB and embed as fast (measured on two cores, bench/pipeline.py).
-LOCAL_BATCH = 8
+#: run, which grows with batch × width²: the model alone embedding 200 chunks peaked at 1,007 MB
+#: with 32 windows per run and 529 MB with 8 (bench/pipeline.py). 4 is also the fastest on two
+#: cores (21.8 chunks/s against 20 with 8 and 16.5 with 16) and pads least within an embed
+#: job's mixed widths (20.5 against 18 with 8).
+LOCAL_BATCH = 4
 #: ONNX threads of the query service's model (workers always use one): a short query embeds
 #: in 4.8 ms on two threads against 6.5 ms on one, and without spin-waiting the second
 #: thread costs nothing when the workers need the core.
@@ -190,8 +192,9 @@ QUERY_CACHE_MEGABYTES = 256
 #: Agent indexes the query service keeps open at once (two file descriptors each, WAL and
 #: index): far under the usual 1,024-descriptor limit, however many agents there are.
 QUERY_MAX_OPEN_INDEXES = 64
-#: Per-agent objects (index writers, readers) a worker process keeps: the busy agents' stay
-#: open, an idle agent's are closed; without a bound 1,000 agents would mean 1,000 open files.
+#: Per-agent objects (index writers, event logs, content stores) a process keeps open: the
+#: busy agents' stay open, an idle agent's are closed; without a bound 1,000 agents would
+#: mean thousands of open files in every worker.
 WORKER_MEMO_ENTRIES = 32
 #: Files per second one agent's watcher may put on the edit lane (a burst of this many at
 #: once): a person or an agent edits a few files a second; more is an import or a copy,
