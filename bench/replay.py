@@ -132,18 +132,23 @@ def per_save_bench(tmp: Path, saves: int) -> dict[str, Any]:
         assert applied is not None
         log.append([applied])
 
+    def settle() -> dict[str, int]:
+        """Close every connection to the stores: their WAL is checkpointed into their files."""
+        log.close()
+        for value in ctx.cache.values():
+            getattr(value, "close", lambda: None)()
+        ctx.cache.clear()
+        return _sizes(settings)
+
     save(1)
-    log.close()  # the stores' WAL is checkpointed into their files: measure what stays
-    before = _sizes(settings)
+    before = settle()
     file_bytes = daily.stat().st_size
-    log = EventLog(settings)
     for n in range(saves):
         with open(daily, "a") as handle:
             handle.write(f"- save {n}: one more decision noted today\n")
         save(2 + n)
-    log.close()
     writer.close()
-    after = _sizes(settings)
+    after = settle()
     grown = {k: round((after[k] - before[k]) / saves) for k in after}
     return {"file_bytes": file_bytes, "saves": saves, "log_per_save": grown["log"],
             "content_per_save": grown["content"], "vectors_per_save": grown["vectors"],
