@@ -106,6 +106,7 @@ def remove_agent(settings: Settings, agent_id: str) -> dict[str, Any]:
     content = content_path(settings, agent_id)
     removed = []
     for path in (index, Path(f"{index}-wal"), Path(f"{index}-shm"), index.with_name(f"{index.name}.rebuild"),
+                 index.with_suffix(".vec"),  # the vector file beside the index, where there is one
                  content, Path(f"{content}-wal"), Path(f"{content}-shm")):
         if path.exists():
             path.unlink()

@@ -23,11 +23,13 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memoryd.shared import defaults as d
 from memoryd.shared.config import Settings
 from memoryd.shared.content import ChunkRef, ContentStore, VectorStore
 from memoryd.shared.events import ChunksEmbedded, Event, FileChunked, VectorData, VectorsFilled, parse_event
@@ -176,16 +178,26 @@ class EventLog:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._logs: dict[str, _AgentLog] = {}
-        self._content: dict[str, ContentStore] = {}
+        #: The agents written most recently keep their log and content store open (about five
+        #: file descriptors each), at most WORKER_MEMO_ENTRIES: not one per agent on the box.
+        self._logs: OrderedDict[str, _AgentLog] = OrderedDict()
+        self._content: OrderedDict[str, ContentStore] = OrderedDict()
         self._vectors: dict[str, VectorStore] = {}
         self._lock = threading.Lock()
 
-    def content(self, agent: str) -> ContentStore:
+    def _recent(self, table: OrderedDict[str, Any], agent: str, make: Callable[[], Any]) -> Any:
+        """``table[agent]``, made if missing; the least recently used beyond the bound are closed."""
         with self._lock:
-            if agent not in self._content:
-                self._content[agent] = ContentStore(content_path(self.settings, agent))
-            return self._content[agent]
+            if agent in table:
+                table.move_to_end(agent)
+                return table[agent]
+            value = table[agent] = make()
+            while len(table) > d.WORKER_MEMO_ENTRIES:
+                table.popitem(last=False)[1].close()
+            return value
+
+    def content(self, agent: str) -> ContentStore:
+        return self._recent(self._content, agent, lambda: ContentStore(content_path(self.settings, agent)))
 
     def vectors(self, embedder: str) -> VectorStore:
         with self._lock:
@@ -194,10 +206,8 @@ class EventLog:
             return self._vectors[embedder]
 
     def _agent_log(self, agent: str) -> _AgentLog:
-        with self._lock:
-            if agent not in self._logs:
-                self._logs[agent] = _AgentLog(log_dir(self.settings, agent), self.settings.memoryd.log.segment_bytes)
-            return self._logs[agent]
+        return self._recent(self._logs, agent,
+                            lambda: _AgentLog(log_dir(self.settings, agent), self.settings.memoryd.log.segment_bytes))
 
     def append(self, events: Sequence[Event]) -> None:
         """Store the events' content (one transaction per store), then append the events, in

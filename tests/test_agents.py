@@ -58,6 +58,7 @@ def test_add_list_token_remove(tmp_path: Path, redis_url: str) -> None:
     removed = json.loads(memoryd(config, "agents", "remove", "c", "--json").stdout)
     assert str(settings.index_path("c")) in removed["removed"] and removed["kept"] == str(tmp_path / "c")
     assert not settings.index_path("c").exists() and not log_dir(settings, "c").exists()
+    assert not list(settings.index_path("c").parent.glob("c.*"))  # nor the files beside the index
     assert (tmp_path / "c" / "memory" / "2026-01-02.md").read_text() == "c's note\n"  # Markdown stays
     assert Tokens(settings.state_dir).verify(issued) is None
     assert not conn.exists(Bus(conn, settings).key("seq", "c"))

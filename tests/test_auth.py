@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from memoryd.services.query.http import create_app
 from memoryd.services.session.api import build_router
+from memoryd.services.session.client import SessionApiError, SessionClient
 from memoryd.shared.agents import add_agent, remove_agent
 from memoryd.shared.auth import ADMIN, Tokens, agent_principal, tokens_required
 from memoryd.shared.exceptions import ConfigError
@@ -175,6 +176,11 @@ def test_a_real_server_on_all_interfaces_requires_the_cli_issued_token(agents, t
         url = f"http://127.0.0.1:{port}/v1/agents/a/memory_search"
         assert httpx.post(url, json={"query": "release notes"}).status_code == 401
         assert httpx.post(url, json={"query": "release notes"}, headers=bearer(token)).json()["results"]
+        with (SessionClient(f"http://127.0.0.1:{port}", agent="a") as anonymous,
+              pytest.raises(SessionApiError, match="401 unauthorized")):
+            anonymous.append("s1", "user", "hello")
+        with SessionClient(f"http://127.0.0.1:{port}", agent="a", token=token) as client:
+            assert client.append("s1", "user", "hello")["tokens"] > 0
     finally:
         server.terminate()
         server.wait(timeout=10)

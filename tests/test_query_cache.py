@@ -1,6 +1,6 @@
 """Nothing grows with the number of agents: the query service keeps at most
-``maxOpenIndexes`` agent indexes open within ``cacheMegabytes``, and a worker at most
-WORKER_MEMO_ENTRIES per-agent objects; what falls out is closed."""
+``maxOpenIndexes`` agent indexes open within ``cacheMegabytes``, and a worker (its memo, its
+event log's files) at most WORKER_MEMO_ENTRIES per-agent objects; what falls out is closed."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from memoryd.services.query.engine import AgentIndex, QueryService
 from memoryd.services.query.models import SearchRequest
 from memoryd.shared import defaults as d
 from memoryd.shared.config import Settings, load_settings
+from memoryd.shared.eventlog import EventLog
+from memoryd.shared.events import FileDeleted
 from memoryd.shared.indexing import index_now
 from memoryd.shared.worker import WorkerContext
 
@@ -90,3 +92,18 @@ def test_a_worker_keeps_a_bounded_number_of_per_agent_objects(tmp_path: Path) ->
         ctx.memo("writer:agent0", lambda: Writer("never made again"))  # a busy agent stays
     assert len(ctx.cache) == d.WORKER_MEMO_ENTRIES
     assert closed == agents[1:11] and "writer:agent0" in ctx.cache
+
+
+def test_the_event_log_keeps_a_bounded_number_of_agents_open(tmp_path: Path) -> None:
+    """Every process that emits writes agents' logs and content stores: past the bound, the least
+    recently written are closed, so the descriptors do not grow with the number of agents."""
+    log = EventLog(load_settings(state_dir=tmp_path))
+
+    def write(agents: range) -> int:
+        for n in agents:
+            log.append([FileDeleted(agent=f"agent{n}", path="memory/x.md", seq=n + 1)])
+        return psutil.Process().num_fds()
+
+    at_bound = write(range(d.WORKER_MEMO_ENTRIES))
+    assert write(range(d.WORKER_MEMO_ENTRIES, 3 * d.WORKER_MEMO_ENTRIES)) <= at_bound
+    log.close()

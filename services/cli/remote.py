@@ -128,6 +128,9 @@ def serve(app: Any, host: str, port: int, settings: Settings) -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit it: without it each response waited ~40 ms for the client's
+    # delayed ACK (Nagle), as asyncio's own listening sockets never do (bench/agents.py).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:

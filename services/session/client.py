@@ -3,6 +3,9 @@
     with SessionClient("http://127.0.0.1:8765", agent="main") as client:
         client.append("chat-1", "user", "Always confirm before deleting mail.")
         context = client.context("chat-1")   # {"messages": [...], "tokens": ...}
+
+``token``: the agent's bearer token (``memoryd agents token main``), which a server listening
+beyond loopback requires.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ class SessionApiError(MemorydError):
 
 
 class SessionClient:
-    def __init__(self, base_url: str, agent: str = "main", *, timeout: float = 120.0,
+    def __init__(self, base_url: str, agent: str = "main", *, timeout: float = 120.0, token: str | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.agent = agent
-        self.http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, transport=transport)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, transport=transport,
+                                 headers=headers)
 
     def _path(self, session: str, tail: str = "") -> str:
         return f"/v1/agents/{self.agent}/sessions/{session}{tail}"
