@@ -125,7 +125,8 @@ def worker_name(stage: str) -> str:
     return f"memoryd-{stage}.{HOST}.{os.getpid()}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -138,7 +139,7 @@ def _pid_alive(pid: int) -> bool:
 def _dead_here(name: str) -> bool:
     """Whether ``name`` is one of our worker names on this host whose process is gone."""
     parts = (name or "").rsplit(".", 1)
-    return len(parts) == 2 and parts[1].isdigit() and parts[0].endswith("." + HOST) and not _pid_alive(int(parts[1]))
+    return len(parts) == 2 and parts[1].isdigit() and parts[0].endswith("." + HOST) and not pid_alive(int(parts[1]))
 
 
 def _requeue(queue: Queue, job_id: str) -> bool:

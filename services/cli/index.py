@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 import threading
 import time
@@ -43,23 +42,13 @@ from memoryd.shared.config import AgentConfig, Settings
 from memoryd.shared.events import FileDeleted
 from memoryd.shared.exceptions import MemorydError
 from memoryd.shared.redact import redact
-from memoryd.shared.worker import HOST, StageWorker, context, set_context, worker_name
+from memoryd.shared.worker import HOST, StageWorker, context, pid_alive, set_context, worker_name
 
 PIPELINE = ("chunk", "embed", "index")
 
 
 class IndexFailed(MemorydError):
     code = "index_failed"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def live_stages(bus: busmod.Bus) -> set[str]:
@@ -69,7 +58,7 @@ def live_stages(bus: busmod.Bus) -> set[str]:
         for worker in SimpleWorker.all(queue=bus.queues[stage]):
             if worker.name.startswith(f"memoryd-{stage}-index."):
                 continue  # a thread of a `memoryd index`: it stops when its own run is done
-            if worker.hostname == HOST and worker.pid and not _pid_alive(worker.pid):
+            if worker.hostname == HOST and worker.pid and not pid_alive(worker.pid):
                 continue  # a worker of this host killed without a goodbye
             found.add(stage)
     return found
