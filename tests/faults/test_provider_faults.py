@@ -57,6 +57,23 @@ def _chunks(p: Pipeline) -> int:
     return int(p.query(AGENT, "SELECT count(*) FROM chunks")[0][0])
 
 
+def _arrive(p: Pipeline, stub: OpenAIStub, workspace: Path, tmp_path: Path, what: str,
+            **fault: object) -> tuple[float, int, float]:
+    """FILES files arrive while the stub answers ``fault``; → (seconds until the rows equal a fresh
+    rebuild, provider calls meanwhile, when the files arrived)."""
+    staged = tmp_path / "staged"
+    write_corpus(staged / "memory", files=FILES, lines=30)
+    expected = fresh_rows(p.settings, AGENT, tmp_path / "fresh", workspace=staged)
+    live_pipeline(p)
+    stub.set(**fault)
+    before = len(stub.requests("/embeddings"))
+    started = time.monotonic()
+    copy_files(staged / "memory", workspace / "memory")
+    rows = wait_converged(p.settings, AGENT, expected, since=started, what=what, logs=p.logs())
+    assert _chunks(p) == len(expected.chunks)
+    return rows, len(stub.requests("/embeddings")) - before, started
+
+
 @pytest.mark.parametrize("fault", [
     pytest.param({"embeddings": "429", "retry_after": 1, "times": 8}, id="429-retry-after"),
     pytest.param({"embeddings": "500", "times": 8}, id="500"),
@@ -65,18 +82,9 @@ def test_a_failing_provider_leaves_keyword_chunks_then_the_backfill_fills_the_ve
         fault: dict, stub_pipeline: Pipeline, stub: OpenAIStub, workspace: Path, tmp_path: Path,
         fault_times: FaultTimes) -> None:
     p = stub_pipeline
-    staged = tmp_path / "staged"
-    write_corpus(staged / "memory", files=FILES, lines=30)
-    expected = fresh_rows(p.settings, AGENT, tmp_path / "fresh", workspace=staged)
-    live_pipeline(p)
-    stub.set(**fault)
-    started = time.monotonic()
-    copy_files(staged / "memory", workspace / "memory")
-    rows = wait_converged(p.settings, AGENT, expected, since=started, what=f"with the provider answering {fault}",
-                          logs=p.logs())
+    rows, _, started = _arrive(p, stub, workspace, tmp_path, f"with the provider answering {fault}", **fault)
     wait_until(lambda: _missing_vectors(p) == 0, timeout=120, what=f"every vector backfilled\n{p.logs()}")
     vectors = round(time.monotonic() - started, 2)
-    assert _chunks(p) == len(expected.chunks)
     name = "429 with Retry-After: 1" if fault["embeddings"] == "429" else "500"
     fault_times.record(f"provider answers {name} (8 requests), {FILES} files: rows", rows)
     fault_times.record(f"provider answers {name} (8 requests), {FILES} files: all vectors", vectors)
@@ -85,18 +93,9 @@ def test_a_failing_provider_leaves_keyword_chunks_then_the_backfill_fills_the_ve
 def test_a_hung_provider_costs_one_timeout_not_one_per_job(
         stub_pipeline: Pipeline, stub: OpenAIStub, workspace: Path, tmp_path: Path, fault_times: FaultTimes) -> None:
     p = stub_pipeline
-    staged = tmp_path / "staged"
-    write_corpus(staged / "memory", files=FILES, lines=30)
-    expected = fresh_rows(p.settings, AGENT, tmp_path / "fresh", workspace=staged)
-    live_pipeline(p)
-    stub.set(embeddings="hang")
-    before = len(stub.requests("/embeddings"))
-    started = time.monotonic()
-    copy_files(staged / "memory", workspace / "memory")
-    rows = wait_converged(p.settings, AGENT, expected, since=started, what="with the provider hung", logs=p.logs())
+    rows, hung, _ = _arrive(p, stub, workspace, tmp_path, "with the provider hung", embeddings="hang")
     assert _missing_vectors(p) == _chunks(p)  # keyword-searchable, no vector yet
     jobs = len(p.events(AGENT, "chunks.embedded"))
-    hung = len(stub.requests("/embeddings")) - before
     assert jobs >= 5 and hung <= 3, f"{hung} provider calls for {jobs} embed jobs while it hung"
     stub.set(embeddings="ok")
     released = time.monotonic()
@@ -109,16 +108,8 @@ def test_a_hung_provider_costs_one_timeout_not_one_per_job(
 def test_insufficient_quota_is_not_retried_and_says_to_add_credit(
         stub_pipeline: Pipeline, stub: OpenAIStub, workspace: Path, tmp_path: Path, fault_times: FaultTimes) -> None:
     p = stub_pipeline
-    staged = tmp_path / "staged"
-    write_corpus(staged / "memory", files=FILES, lines=30)
-    expected = fresh_rows(p.settings, AGENT, tmp_path / "fresh", workspace=staged)
-    live_pipeline(p)
-    stub.set(embeddings="quota")
-    before = len(stub.requests("/embeddings"))
-    started = time.monotonic()
-    copy_files(staged / "memory", workspace / "memory")
-    rows = wait_converged(p.settings, AGENT, expected, since=started, what="with the quota exhausted", logs=p.logs())
-    calls = len(stub.requests("/embeddings")) - before
+    rows, calls, _ = _arrive(p, stub, workspace, tmp_path, "with the quota exhausted", embeddings="quota")
+    before = len(stub.requests("/embeddings")) - calls
     time.sleep(3)  # three backfill periods: none of them may call the provider
     assert len(stub.requests("/embeddings")) - before == calls == 1
     assert _missing_vectors(p) == _chunks(p)
