@@ -175,3 +175,14 @@ def wait_converged(settings: Settings, agent: str, expected: IndexRows, *, since
     diff = rows.difference(expected) if rows else "no index"
     raise AssertionError(f"{what or 'the index'} did not equal a fresh rebuild within {timeout}s: {diff}"
                          + (f"\n{logs}" if logs else ""))
+
+
+def staged_import(pipeline: Pipeline, tmp_path: Path, agent: str = "main", **corpus: int) -> tuple[Path, IndexRows]:
+    """A corpus written to ``tmp_path/staged`` (not yet in the workspace), the index a fresh rebuild
+    of it gives, and the live services started: → (the staged folder, the expected rows)."""
+    staged = tmp_path / "staged"
+    write_corpus(staged / "memory", **corpus)
+    expected = fresh_rows(pipeline.settings, agent, tmp_path / "fresh", workspace=staged)
+    live_pipeline(pipeline, agent)
+    return staged, expected
+

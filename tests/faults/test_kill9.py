@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rq.registry import StartedJobRegistry
 
-from tests.faults.support import FaultTimes, copy_files, fresh_rows, live_pipeline, wait_converged, write_corpus
+from tests.faults.support import FaultTimes, copy_files, staged_import, wait_converged
 from tests.pipeline_harness import Pipeline
 from tests.support import wait_until
 
@@ -20,10 +20,7 @@ AGENT = "main"
 def test_kill9_of_a_worker_busy_mid_import(stage: str, fault_pipeline: Pipeline, workspace: Path, tmp_path: Path,
                                            fault_times: FaultTimes) -> None:
     p = fault_pipeline
-    staged = tmp_path / "staged"
-    write_corpus(staged / "memory")
-    expected = fresh_rows(p.settings, AGENT, tmp_path / "fresh", workspace=staged)
-    live_pipeline(p)
+    staged, expected = staged_import(p, tmp_path)
     started = [StartedJobRegistry(queue=q) for q in p.bus.lanes(stage)]
     copy_files(staged / "memory", workspace / "memory")
     wait_until(lambda: any(r.count for r in started), timeout=60, interval=0.002,
@@ -40,10 +37,7 @@ def test_kill9_of_the_watcher_mid_import(fault_pipeline: Pipeline, workspace: Pa
                                         fault_times: FaultTimes) -> None:
     """Half the files arrive before the kill (some still in its debounce table), half while it is dead."""
     p = fault_pipeline
-    staged = tmp_path / "staged"
-    write_corpus(staged / "memory")
-    expected = fresh_rows(p.settings, AGENT, tmp_path / "fresh", workspace=staged)
-    live_pipeline(p)
+    staged, expected = staged_import(p, tmp_path)
     copy_files(staged / "memory", workspace / "memory", stop=100)
     wait_until(lambda: p.events(AGENT, "file.changed"), timeout=30, what="the watcher's first emit")
     p.kill9("watcher")

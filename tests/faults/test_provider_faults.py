@@ -18,7 +18,7 @@ import pytest
 
 from memoryd.shared.bus import Bus
 from tests.faults.conftest import FaultTimes
-from tests.faults.support import RedisProcess, copy_files, fresh_rows, live_pipeline, wait_converged, write_corpus
+from tests.faults.support import RedisProcess, copy_files, staged_import, wait_converged
 from tests.openai_stub import OpenAIStub
 from tests.pipeline_harness import Pipeline
 from tests.support import wait_until
@@ -61,10 +61,7 @@ def _arrive(p: Pipeline, stub: OpenAIStub, workspace: Path, tmp_path: Path, what
             **fault: object) -> tuple[float, int, float]:
     """FILES files arrive while the stub answers ``fault``; → (seconds until the rows equal a fresh
     rebuild, provider calls meanwhile, when the files arrived)."""
-    staged = tmp_path / "staged"
-    write_corpus(staged / "memory", files=FILES, lines=30)
-    expected = fresh_rows(p.settings, AGENT, tmp_path / "fresh", workspace=staged)
-    live_pipeline(p)
+    staged, expected = staged_import(p, tmp_path, files=FILES, lines=30)
     stub.set(**fault)
     before = len(stub.requests("/embeddings"))
     started = time.monotonic()

@@ -19,6 +19,7 @@ from tests.faults.support import (
     fresh_rows,
     index_rows,
     live_pipeline,
+    staged_import,
     wait_converged,
     write_corpus,
 )
@@ -50,10 +51,7 @@ def _mid_import(p: Pipeline, staged: Path, workspace: Path) -> None:
 def test_redis_restarted_empty_mid_import(fault_pipeline: Pipeline, fault_redis: RedisProcess, workspace: Path,
                                           tmp_path: Path, fault_times: FaultTimes) -> None:
     p = fault_pipeline
-    staged = tmp_path / "staged"
-    write_corpus(staged / "memory")
-    expected = fresh_rows(p.settings, AGENT, tmp_path / "fresh", workspace=staged)
-    live_pipeline(p)
+    staged, expected = staged_import(p, tmp_path)
     _mid_import(p, staged, workspace)
     fault_redis.kill()
     fault_at = time.monotonic()
@@ -67,10 +65,7 @@ def test_redis_restarted_empty_mid_import(fault_pipeline: Pipeline, fault_redis:
 def test_flushall_mid_import(fault_pipeline: Pipeline, workspace: Path, tmp_path: Path,
                              fault_times: FaultTimes) -> None:
     p = fault_pipeline
-    staged = tmp_path / "staged"
-    write_corpus(staged / "memory")
-    expected = fresh_rows(p.settings, AGENT, tmp_path / "fresh", workspace=staged)
-    live_pipeline(p)
+    staged, expected = staged_import(p, tmp_path)
     _mid_import(p, staged, workspace)
     p.conn.flushall()
     fault_at = time.monotonic()
