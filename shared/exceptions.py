@@ -6,8 +6,17 @@ They become CLI exit codes, HTTP statuses and MCP errors only at the edge
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+#: ``typing.TYPE_CHECKING`` without importing ``typing`` (5 ms of a `memoryd search` answered by a server);
+#: type checkers treat any name ``TYPE_CHECKING`` as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, Protocol
+
+    class _Invalid(Protocol):
+        """A pydantic ``ValidationError`` or FastAPI's ``RequestValidationError``."""
+
+        def errors(self) -> Sequence[Any]: ...
 
 
 class MemorydError(Exception):
@@ -112,12 +121,6 @@ class MemoryFileMissing(MemorydError):
 
     code = "not_found"
     http_status = 404
-
-
-class _Invalid(Protocol):
-    """A pydantic ``ValidationError`` or FastAPI's ``RequestValidationError``."""
-
-    def errors(self) -> Sequence[Any]: ...
 
 
 def validation_problems(exc: _Invalid) -> str:

@@ -1,14 +1,13 @@
 """Credentials never leave in what memoryd prints: ``redis://:secret@host`` → ``redis://:***@host``.
 
 :func:`redact` masks the password (or a lone token) of every URL in a text; the CLI, the
-HTTP error handlers and every log record (:class:`RedactingFilter`, installed on the
+HTTP error handlers and every log record (``shared/redactlog.py``'s filter, installed on the
 root handlers by the CLI) pass what they show through it. User names stay visible: they
 say which account is meant and are not secret.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 
 MASK = "***"
@@ -27,21 +26,3 @@ def _mask(match: re.Match[str]) -> str:
 def redact(text: str) -> str:
     """``text`` with the password of every ``scheme://user:password@host`` URL in it masked."""
     return _USERINFO.sub(_mask, text) if "://" in text else text
-
-
-class RedactingFilter(logging.Filter):
-    """Masks credentials in a log record's message (after its arguments are filled in)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        cleaned = redact(message)
-        if cleaned != message:
-            record.msg, record.args = cleaned, None
-        return True
-
-
-def redact_logs() -> None:
-    """Install :class:`RedactingFilter` on every handler of the root logger (call after logging is set up)."""
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter())

@@ -86,13 +86,31 @@ MIGRATIONS: list[str | Callable[[Any, Path], None]] = [
     # 3: the embedding cache is one per model for the whole installation (content.VectorStore,
     # <state>/cache/<embedder>.sqlite): this index's rows move there, its table goes.
     lambda conn, path: _move_cache(conn, path),
+    # 4: what a search would otherwise scan the index for — the chunk count (IDF weights) kept
+    # in ``meta`` by triggers, and a trigram index of file paths for identifiers in a path.
+    lambda conn, path: _counted_and_paths(conn),
 ]
+
+#: Migration 4's statements: trigger bodies hold ``;``, so they are not one script to split.
+_COUNTED_AND_PATHS = (
+    "INSERT OR REPLACE INTO meta(key, value) SELECT 'chunks', count(*) FROM chunks",
+    "CREATE TRIGGER chunks_counted_in AFTER INSERT ON chunks BEGIN "
+    "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'chunks'; END",
+    "CREATE TRIGGER chunks_counted_out AFTER DELETE ON chunks BEGIN "
+    "UPDATE meta SET value = CAST(value AS INTEGER) - 1 WHERE key = 'chunks'; END",
+    "CREATE VIRTUAL TABLE file_paths USING fts5(path, tokenize = 'trigram')",
+    "INSERT INTO file_paths(rowid, path) SELECT rowid, path FROM files",
+    "CREATE TRIGGER file_paths_in AFTER INSERT ON files BEGIN "
+    "INSERT INTO file_paths(rowid, path) VALUES (new.rowid, new.path); END",
+    "CREATE TRIGGER file_paths_out AFTER DELETE ON files BEGIN DELETE FROM file_paths WHERE rowid = old.rowid; END",
+)
 
 #: meta keys
 META_FINGERPRINT = "fingerprint"
 META_EMBEDDER = "embedder"
 META_DIMS = "dims"
 META_GENERATION = "generation"
+META_CHUNKS = "chunks"  # kept by triggers (migration 4)
 
 
 @dataclass(frozen=True)
@@ -120,6 +138,11 @@ def _move_cache(conn: Any, path: Path) -> None:
         finally:
             store.close()
     conn.execute("DROP TABLE embedding_cache")
+
+
+def _counted_and_paths(conn: Any) -> None:
+    for statement in _COUNTED_AND_PATHS:
+        conn.execute(statement)
 
 
 def _migrate(conn: Any, path: Path) -> None:

@@ -123,3 +123,22 @@ def test_a_stale_or_silent_address_file_is_ignored(settings: Settings) -> None:
         out, report = cli(settings, "search", "E-404", "--json")
         assert report["code"] == 0 and json.loads(out.stdout)["results"], out.stderr
     announced.unlink()
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:36129", "http://[::1]:8080", "http://localhost:1/ignored"])
+def test_the_announced_address_is_read_as_urllib_reads_it(url: str) -> None:
+    import urllib.parse
+
+    from memoryd.services.cli.remote import _address
+
+    parts = urllib.parse.urlsplit(url)
+    assert _address(url) == (parts.hostname, parts.port)
+
+
+@pytest.mark.parametrize("agent", ["main", "a b/c", "ünï-_.~x", "%41", "агент"])
+def test_an_agent_id_is_quoted_as_urllib_quotes_it(agent: str) -> None:
+    import urllib.parse
+
+    from memoryd.services.cli.remote import _quote
+
+    assert _quote(agent) == urllib.parse.quote(agent, safe="")

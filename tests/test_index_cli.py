@@ -10,6 +10,7 @@ import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from memoryd.services.cli.index import IndexFailed, LocalStages, active_runs, follow, queue_run
+from memoryd.services.cli.index import IndexFailed, LocalStages, active_runs, follow, queue_run, stall_seconds
 from memoryd.services.cli.progress import Counts, IndexProgress
 from memoryd.shared.bus import Bus
 from memoryd.shared.worker import set_context
@@ -130,6 +131,33 @@ def test_with_running_workers_it_queues_and_returns_unless_told_to_wait(
         p.stop()
 
 
+def test_a_run_that_stops_moving_ends_at_the_stall_deadline_and_loses_nothing(
+        workspace: Path, make_settings, redis_url: str, tmp_path: Path) -> None:
+    """The embed worker is frozen (SIGSTOP): `index --wait` exits 1 once nothing moved for
+    --stall-seconds, saying what it waited for; thawed, the worker finishes the run."""
+    settings, config = make_settings(workspace, redis=redis_url)
+    p = Pipeline(config, redis_url, settings, tmp_path)
+    p.start("chunk", "embed", "index")
+    try:
+        wait_until(lambda: "running workers" in p.cli("index", "--agent", "main", "--json").stdout, timeout=60,
+                   what="the workers to register")
+        _notes(workspace, 3)
+        p.procs["embed"].send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        out = subprocess.run([*CLI, "index", "--agent", "main", "--wait", "--stall-seconds", "3"], env=_env(config),
+                             capture_output=True, text=True, timeout=120)
+        waited = time.monotonic() - started
+        assert out.returncode == 1, out.stderr
+        assert re.search(r"nothing moved for 3s with 0/3 files indexed; waited for the running workers", out.stderr)
+        assert 3 <= waited < 30, waited
+        p.procs["embed"].send_signal(signal.SIGCONT)
+        wait_until(lambda: len(p.query("main", "SELECT path FROM files WHERE status = 'indexed'")) == 3, timeout=60,
+                   what="the thawed embed worker to finish the run")
+    finally:
+        p.procs["embed"].send_signal(signal.SIGCONT)
+        p.stop()
+
+
 def test_a_folder_without_memory_files_says_which_files_count(tmp_path: Path, make_settings, redis_url: str) -> None:
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -187,7 +215,7 @@ def test_a_job_waiting_for_its_retry_shows_as_retrying_then_fails_the_run(
     local = LocalStages(bus, "main").start()
     try:
         with pytest.raises(IndexFailed, match=r"of run run-r failed for good"):
-            follow(bus, "run-r", total, progress, embedding=True, local=local)
+            follow(bus, "run-r", total, progress, embedding=True, local=local, stall=stall_seconds(settings))
     finally:
         local.close()
     assert any(c.retrying == 1 for c in progress.seen)  # the retry was waited for, shown, and run

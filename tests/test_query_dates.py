@@ -75,3 +75,19 @@ def test_cli(settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
     out, _ = capsys.readouterr()
     assert code == 0
     assert_inside([r["path"] for r in json.loads(out)["results"]])
+
+
+@pytest.mark.parametrize("day,exit_code,message", [
+    ("2026-13-01", 2, "'2026-13-01' is not a day: write it as YYYY-MM-DD"),  # refused while parsing arguments
+    ("2026-02-30", 1, "bad search: after: Input should be a valid date"),  # refused by the request model
+])
+def test_cli_refuses_a_day_that_is_not_one(settings: Settings, capsys: pytest.CaptureFixture[str], day: str,
+                                           exit_code: int, message: str) -> None:
+    argv = ["search", QUERY, "--after", day, "--config", settings.source_file, "--state-dir", str(settings.state_dir)]
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse's own exit
+        code = int(exc.code or 0)
+    _, err = capsys.readouterr()
+    assert code == exit_code
+    assert message in err

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from memoryd.shared.exceptions import RedisUnavailable
-from memoryd.shared.redact import RedactingFilter, redact
+from memoryd.shared.redact import redact
+from memoryd.shared.redactlog import RedactingFilter
 from memoryd.shared.redis_server import connect
 from tests.support import free_port
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 
 from memoryd.shared.exceptions import ConfigError, MemorydError
-from memoryd.shared.redact import redact, redact_logs
+from memoryd.shared.redact import redact
 
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
@@ -104,22 +103,28 @@ def _config_of_running_up(args: argparse.Namespace) -> None:
         args.config = config
 
 
+def _log_setup(verbose: bool) -> None:
+    import logging
+
+    from memoryd.shared.redactlog import redact_logs
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    redact_logs()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(_command(argv))
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
-    redact_logs()
     _config_of_running_up(args)
     try:
         # search/get: a running server of this installation answers first (services/cli/remote.py),
-        # before this process loads its settings, numpy or the model.
+        # before this process sets up logging or loads its settings, numpy or the model.
         answered = args.remote(args) if getattr(args, "remote", None) else None
         if answered is not None:
             return answered
+        _log_setup(getattr(args, "verbose", False))
         from memoryd.shared.config import load_settings
 
         settings = load_settings(getattr(args, "config", None), getattr(args, "state_dir", None))

@@ -202,11 +202,16 @@ def _counts(bus: busmod.Bus, run: str, total: int, embedding: bool) -> Counts:
                   chunks_done=done)
 
 
+def stall_seconds(settings: Settings) -> float:
+    """How long a run may make no progress before `memoryd index` gives up: a job that hangs
+    until its timeout, then waits out every retry, has moved by then."""
+    return settings.memoryd.job_timeout_seconds + sum(d.RETRY_INTERVALS) + d.INDEX_STALL_MARGIN_SECONDS
+
+
 def follow(bus: busmod.Bus, run: str, total: int, progress: IndexProgress, *, embedding: bool,
-           local: LocalStages | None) -> Counts:
+           local: LocalStages | None, stall: float) -> Counts:
     """Until every file of ``run`` is applied; raises IndexFailed when a job of the run failed
-    for good, a local stage died, or nothing moved for INDEX_STALL_SECONDS."""
-    stall = bus.settings.memoryd.job_timeout_seconds + sum(d.RETRY_INTERVALS) + d.INDEX_STALL_MARGIN_SECONDS
+    for good, a local stage died, or nothing moved for ``stall`` seconds."""
     counts = _counts(bus, run, total, embedding)
     moved_at, last, checked = time.monotonic(), (-1, -1), 0.0
     while counts.files_done < total:
@@ -259,7 +264,8 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
             embedding = providers.describe(agent.memory_search)[0] != "none"
             progress = IndexProgress(mode_for(args.json), total)
             try:
-                counts = follow(bus, run, total, progress, embedding=embedding, local=local)
+                counts = follow(bus, run, total, progress, embedding=embedding, local=local,
+                                stall=args.stall_seconds or stall_seconds(settings))
             finally:
                 progress.close()
             raw = bus.run_counts(run)

@@ -56,6 +56,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                         "of returning once queued (without running workers the command always waits)")
     p.add_argument("--create", action="store_true",
                    help="create the workspace if it does not exist (standard files, memory/, git init)")
+    p.add_argument("--stall-seconds", type=float, metavar="S",
+                   help="give up (exit 1) when no file or chunk moved for S seconds (default: a job's timeout "
+                        "plus the retry backoff plus a minute)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=cmd_index)
 

@@ -307,7 +307,8 @@ class QueryService:
         _rank_ties_by_place(vectors.hits, cands, side.rows)
         if text_side:
             _evidence(side, s.keyword, newcomers)
-        newest = index.keyword.newest_date() if index.keyword else None
+        decays = s.agent.memory_search.query.temporal_decay.enabled
+        newest = index.keyword.newest_date() if index.keyword and decays else None  # read per write: only when used
         results = self._score(cands, side.rows, side.first_terms, s, text_side, vectors.query is not None, newest)
         return results, vectors, text_side
 
