@@ -73,6 +73,17 @@ def test_natural_language_questions_drop_stop_words_and_or_the_rest() -> None:
     assert all(not t.identifier for t in q.terms)
 
 
+@pytest.mark.parametrize("query,terms", [
+    ("what's Gareth's number?", ["gareth", "number"]),  # not the identifiers "what s", "gareth s"
+    ("how did the argument with Sam’s mum get resolved", ["argument", "sam", "mum", "resolv"]),
+    ("we didn't ship O'Brien's E-404 fix", ["ship", "o brien", "e 404", "fix"]),
+])
+def test_contractions_and_possessives_are_cut_before_words_are_read(query: str, terms: list[str]) -> None:
+    parsed = query_keyword.parse(query).terms
+    assert [t.phrase for t in parsed] == terms
+    assert not any(t.identifier for t in parsed if " " not in t.phrase)
+
+
 def test_a_question_of_only_stop_words_still_searches() -> None:
     assert [t.phrase for t in query_keyword.parse("what is it").terms] == ["what", "is", "it"]
 

@@ -43,7 +43,14 @@ STOPWORDS = frozenset({
     "something", "much", "many", "get", "got", "go", "went", "ever", "still", "just", "up", "out", "all",
     "some", "being", "one", "ones", "thing", "things", "she", "he", "her", "him", "his", "hers", "us", "also",
     "other", "else",
+    # what is left of a negative contraction once its ending is cut (``didn't`` → ``didn``)
+    "don", "doesn", "didn", "isn", "aren", "wasn", "weren", "won", "wouldn", "couldn", "shouldn", "haven",
+    "hasn", "hadn", "ain",
 })
+#: English contraction and possessive endings (``what's``, ``Gareth's``, ``don't``, ``we've``):
+#: cut before the words are read. Kept, ``gareth's`` was the phrase ``gareth s`` — an
+#: identifier no note contains, weighing three words — and ``what's`` one too.
+_CONTRACTION = re.compile(r"(?<=[^\W\d_])['’](?:s|t|re|ve|ll|d|m)\b", re.IGNORECASE)
 #: An identifier is rare and exact: it counts this many times an ordinary word of the same rarity.
 IDENTIFIER_WEIGHT = 3.0
 #: A chunk holding every identifier of the query scores at least this on the text side: above
@@ -131,7 +138,7 @@ def parse(query: str, window: DateWindow | None = None) -> KeywordQuery:
     """
     terms: list[Term] = []
     stop: list[Term] = []
-    for raw in fts.query_terms(query):
+    for raw in fts.query_terms(_CONTRACTION.sub("", query)):
         tokens = _WORD.findall(normalise(raw))
         if not tokens:
             continue
