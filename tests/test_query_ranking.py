@@ -117,14 +117,17 @@ def test_select_weighs_sources_then_drops_what_falls_under_min_score() -> None:
     assert _select(plain, rows, {1: 0.80, 2: 0.75, 3: 0.38})[0] == [1, 2, 3]
 
 
-def test_select_applies_temporal_decay_only_when_enabled() -> None:
-    rows = {1: _row("memory/2026-01-01.md"), 2: _row("memory/2026-03-01.md"), 3: _row("MEMORY.md")}
-    scores = {1: 0.9, 2: 0.6, 3: 0.5}
+def test_select_applies_temporal_decay_only_when_enabled_and_only_to_the_order() -> None:
+    rows = {1: _row("memory/2026-01-01.md"), 2: _row("memory/2026-03-01.md"), 3: _row("MEMORY.md"),
+            4: _row("memory/2026-02-28.md")}
+    scores = {1: 0.9, 2: 0.6, 3: 0.5, 4: 0.3}
     assert _select(QuerySettings(), rows, scores)[0] == [1, 2, 3]
     decaying = QuerySettings.model_validate({"temporalDecay": {"enabled": True, "halfLifeDays": 30}})
     chosen, cands = _select(decaying, rows, scores)
-    assert chosen == [2, 3]  # 59 days old: 0.9 × 2^(-59/30) ≈ 0.23, under minScore
-    assert cands[3].weight == 1.0
+    # 59 days old: 0.9 × 2^(-59/30) ≈ 0.23 — last, but still returned: it passed minScore before
+    # decaying; the note under minScore (4) stays out however fresh
+    assert chosen == [2, 3, 1]
+    assert cands[1].fused == pytest.approx(0.9 * 2 ** (-59 / 30)) and cands[3].weight == 1.0
 
 
 def test_select_keeps_only_the_window_and_returns_mmr_picks_in_score_order() -> None:

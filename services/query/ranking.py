@@ -12,7 +12,8 @@ Each step is a small pure function over fused candidates, so each can be measure
   says something similar does not push the agent's own memory of it down.
 - **temporal decay**: a dated note's score × 2^(−age/halfLife), age counted from the newest
   dated note of the index (not the clock: a memory left alone for months keeps its
-  answers); undated files never decay. Off by default — it lost recall on the set.
+  answers); undated files never decay. It orders what passed minScore and removes nothing
+  (cutting after it emptied answers). Off by default — it lost recall on the set.
 - **MMR** (maximal marginal relevance, Carbonell & Goldstein): the results are picked one
   by one, each maximising ``λ × score − (1 − λ) × (highest similarity to one already
   picked)``; similarity is the Jaccard overlap of the chunks' word sets (no vectors
@@ -128,10 +129,13 @@ def select(cands: Mapping[int, Candidate], rows: Mapping[int, tuple[str, str, in
         if row is None or not window.holds(row[0]):
             continue  # a row gone since the vector matrix was read, or outside the dates asked for
         c.weight = source_weight(row[1], balance.other_source_weight) if balance.enabled else 1.0
-        if decayed.enabled:
-            c.weight *= decay(row[0], newest, decayed.half_life_days)
         c.fused *= c.weight
-        if c.fused >= min_score:
+        passes = c.fused >= min_score  # decay orders what passes; it does not push an answer under minScore
+        if decayed.enabled:
+            factor = decay(row[0], newest, decayed.half_life_days)
+            c.weight *= factor
+            c.fused *= factor
+        if passes:
             # ties by place, not row id: a rebuilt or replayed index answers exactly as the live one
             scored.append((-c.fused, c.text_rank or 10**9, c.vector_rank or 10**9, row[0], row[2], row[3], cid))
     scored.sort()
