@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memoryd.shared import sqlitedb, store
+from memoryd.shared import schema, sqlitedb
 from memoryd.shared.config import load_settings
 from memoryd.shared.content import VectorStore
 from memoryd.shared.indexing import index_now
@@ -43,7 +43,7 @@ def test_an_index_per_index_cache_moves_to_the_shared_one(tmp_path: Path) -> Non
     index = tmp_path / "state" / "memory" / "main.sqlite"
     index.parent.mkdir(parents=True)
     conn = sqlitedb.connect(index)
-    old = [script for script in store.MIGRATIONS if isinstance(script, str)][:2]  # an index of before
+    old = [script for script in schema.MIGRATIONS if isinstance(script, str)][:2]  # an index of before
     for script in old:
         for statement in script.split(";"):
             if statement.strip():
