@@ -15,7 +15,7 @@ MiniLM's, not the flat one of random vectors) — and its vector file. Then:
   ``refresh_ms``: the snapshot's refresh after a write of 2 chunks (2 added, 2 deleted),
   median of 5, beside ``search_after_write`` — the whole first search after each write;
 - ``cli_vs_http``: with ``memoryd serve`` running on the state dir, ``memoryd search --json``
-  from a shell against the same request over HTTP (medians);
+  from a shell (the ``memoryd`` console script) against the same request over HTTP (medians);
 - ``recall_at_10``: the service's vector search (reduced scan → int8 → exact re-score)
   against exact float search over the same vectors, for 100 real questions' vectors;
   ``numpy``: ``rows @ q`` over the float32 vectors, and over the reduced ones, in this
@@ -175,8 +175,12 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def memoryd(state: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memoryd.services.cli", *argv, "--config", str(state / "memoryd.json"),
-                           "--state-dir", str(state)], capture_output=True, text=True, timeout=600, check=True)
+    """``memoryd ARGV`` as a shell runs it: the console script beside this Python (``python -m``
+    when there is none — it adds runpy's imports, ~10 ms)."""
+    script = Path(sys.executable).with_name("memoryd")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "memoryd.services.cli"]
+    return subprocess.run([*command, *argv, "--config", str(state / "memoryd.json"), "--state-dir", str(state)],
+                          capture_output=True, text=True, timeout=600, check=True)
 
 
 def cold_start(state: Path) -> float:
