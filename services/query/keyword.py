@@ -274,14 +274,19 @@ class KeywordSearcher:
     def _best_by_bm25(self, match: str, limit: int) -> list[tuple[int, float]]:
         """The ``limit`` best by BM25, equal scores by place, reading the place of only ``limit +
         TIE_MARGIN`` rows (joining every match to its chunk row costs more than ranking them: 24 ms
-        against 10 at 1M chunks), or of every row of the score at the cut when equal scores run past those."""
+        against 10 at 1M chunks), or of the rows of the score at the cut when equal scores run past those."""
         rows = self.conn.execute("SELECT rowid, bm25(chunks_fts) AS b FROM chunks_fts WHERE chunks_fts MATCH ? "
                                  "ORDER BY b LIMIT ?", (match, limit + TIE_MARGIN)).fetchall()
         if len(rows) == limit + TIE_MARGIN and rows[-1][1] <= rows[limit - 1][1]:
-            # Equal scores run past the rows read: every row of the score at the cut, by place.
+            # Equal scores run past the rows read: the first of the score at the cut by place, in SQL
+            # (a tie can hold more rows than one statement takes parameters); CROSS JOIN keeps FTS5
+            # the outer loop (the planner would walk every chunk by path and probe FTS5 for each).
             tie = rows[limit - 1][1]
-            rows = [r for r in rows if r[1] < tie] + [(r, tie) for (r,) in self.conn.execute(
-                "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? AND bm25(chunks_fts) = ?", (match, tie))]
+            better = [r for r in rows if r[1] < tie]
+            rows = better + [(r, tie) for (r,) in self.conn.execute(
+                "SELECT c.id FROM chunks_fts CROSS JOIN chunks c ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ? "
+                "AND bm25(chunks_fts) = ? ORDER BY c.path, c.start_line, c.end_line LIMIT ?",
+                (match, tie, limit - len(better)))]
         marks = ",".join("?" * len(rows))
         places = {r[0]: r[1:] for r in self.conn.execute(
             f"SELECT id, path, start_line, end_line FROM chunks WHERE id IN ({marks})", [r[0] for r in rows])}
