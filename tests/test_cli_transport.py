@@ -23,6 +23,8 @@ from memoryd.shared import locate
 from memoryd.shared.config import Settings
 
 HEAVY = ("numpy", "pydantic", "rq", "redis", "onnxruntime", "fastapi", "uvicorn", "tiktoken")
+#: Standard-library modules a search answered by a running server does without (each 2–14 ms).
+LIGHT = ("logging", "socket", "typing", "shutil", "datetime")
 #: Runs the CLI in a fresh interpreter, then reports which heavy modules it imported and
 #: whether it mapped a vector file.
 PROBE = f"""
@@ -34,6 +36,7 @@ except SystemExit as exc:
     code = exc.code
 maps = open("/proc/self/maps").read()
 print(json.dumps({{"code": code, "heavy": sorted(m for m in {HEAVY!r} if m in sys.modules),
+                  "light": sorted(m for m in {LIGHT!r} if m in sys.modules),
                   "vec_mapped": ".vec" in maps}}), file=sys.stderr)
 """
 
@@ -100,6 +103,7 @@ def test_search_and_get_go_to_a_running_server_then_fall_back(settings: Settings
         assert report["code"] == 0, out.stderr
         assert json.loads(out.stdout) == over_http
         assert report["heavy"] == [] and not report["vec_mapped"]
+        assert report["light"] == []
         out, report = cli(settings, "get", "MEMORY.md", "--from", "1", "--lines", "1", env=broken)
         assert report["code"] == 0 and out.stdout == "# MEMORY.md — long-term memory\n"
         out, report = cli(settings, "get", "../outside.md", env=broken)  # the server's error, as an exit code
