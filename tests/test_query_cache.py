@@ -10,8 +10,9 @@ from pathlib import Path
 
 import psutil
 
+from memoryd.services.query.agentindex import AgentIndex
 from memoryd.services.query.cache import CONNECTION_BYTES, footprint
-from memoryd.services.query.engine import AgentIndex, QueryService
+from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
 from memoryd.shared import defaults as d
 from memoryd.shared.config import Settings, load_settings

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from memoryd.services.query.engine import AgentIndex
+    from memoryd.services.query.agentindex import AgentIndex
 
 #: What an open connection may hold besides the vectors: SQLite's default page cache
 #: (``cache_size`` −2000 = 2,000 KiB), the upper bound of what it reads into memory.

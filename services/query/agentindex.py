@@ -1,0 +1,124 @@
+"""One agent's index as the query service reads it: a read-only connection, refreshed per
+committed generation, and its vectors mapped lazily (services/query/vectors.py).
+
+Every read goes through :meth:`AgentIndex.snapshot`: one read transaction, so a search sees
+one committed state and never blocks the indexer (WAL). Before it, two cheap checks: the
+file's inode (a rebuild swaps in a new file: reopen) and ``meta.generation`` (bumped by
+every committed write: refresh the document frequencies; the vectors follow on the next
+search that wants them).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from memoryd.services.query import keyword as query_keyword
+from memoryd.services.query.vectors import VectorIndex
+from memoryd.shared import sqlitedb
+from memoryd.shared.exceptions import IndexMissing
+from memoryd.shared.store import META_DIMS, META_EMBEDDER, META_GENERATION
+
+
+class AgentIndex:
+    """One agent's index as the query service sees it. Use :meth:`snapshot` for every read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.conn: Any = None
+        self.identity: tuple[int, int] | None = None
+        self.generation: str | None = None
+        self.embedder: str | None = None
+        self.vectors: VectorIndex | None = None
+        #: The generation the vectors were last brought to: they follow lazily, on the first
+        #: search that wants them, so a keyword-only search never maps the vector file.
+        self.vectors_at: str | None = None
+        self.keyword: query_keyword.KeywordSearcher | None = None
+        self.lock = threading.Lock()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[AgentIndex]:
+        """Hold the index at its latest committed state for the duration of the block."""
+        with self.lock:
+            self._reopen_if_replaced()
+            if self.vectors is not None:
+                self.vectors.remap()  # before BEGIN: a new vector file never lags the snapshot
+            self.conn.execute("BEGIN")
+            try:
+                self._refresh()
+                yield self
+            finally:
+                self.conn.execute("ROLLBACK")
+
+    def _reopen_if_replaced(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self.close()
+            raise IndexMissing(f"no index at {self.path}; start the pipeline (`memoryd up`) or run "
+                               "`memoryd index`") from None
+        identity = (st.st_dev, st.st_ino)
+        if identity != self.identity:
+            self.close()
+            self.conn = sqlitedb.connect(self.path, readonly=True)
+            self.identity = identity
+            self.keyword = query_keyword.KeywordSearcher(self.conn)
+
+    def _refresh(self) -> None:
+        generation = self._meta(META_GENERATION)
+        if generation == self.generation and self.keyword is not None:
+            return
+        self.embedder = self._meta(META_EMBEDDER)
+        if self._meta(META_DIMS) is None and self.vectors is not None:
+            self.vectors.close()
+            self.vectors = None
+        assert self.keyword is not None
+        self.keyword.refresh(generation)
+        self.generation = generation
+
+    def _meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def vector_index(self) -> VectorIndex | None:
+        """The index's vectors at this snapshot (call inside it); None when it has none."""
+        if self._meta(META_DIMS) is None:
+            return None
+        if self.vectors is None:
+            self.vectors = VectorIndex(self.path)
+        if self.vectors_at != self.generation or self.vectors.file is None:
+            self.vectors.refresh(self.conn, int(self.generation or 0))
+            self.vectors_at = self.generation
+        return self.vectors
+
+    def chunks(self, ids: list[int]) -> dict[int, tuple[str, str, int, int, str]]:
+        """id → (path, source, start_line, end_line, text) of the chunks that still exist."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self.conn.execute(
+            f"SELECT id, path, source, start_line, end_line, text FROM chunks WHERE id IN ({marks})", ids
+        )
+        return {r[0]: r[1:] for r in rows}
+
+    def chunk_count(self) -> int:
+        """Chunks in the index now, without loading its vectors."""
+        with self.lock:
+            self._reopen_if_replaced()
+            return int(self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
+        self.identity = None
+        self.generation = None
+        if self.vectors is not None:
+            self.vectors.close()
+        self.vectors = None
+        self.vectors_at = None
+        self.keyword = None
