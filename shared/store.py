@@ -35,6 +35,13 @@ META_GENERATION = "generation"
 META_CHUNKS = "chunks"  # kept by triggers (shared/schema.py, migration 4)
 
 
+def chunk_count(conn: Any) -> int:
+    """Chunks in the index: kept in ``meta`` by schema migration 4's triggers (a ``count(*)``
+    reads every row: 8 ms at 1M chunks), counted on an index not migrated yet."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (META_CHUNKS,)).fetchone()
+    return int(row[0]) if row else int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+
 @dataclass(frozen=True)
 class FileRow:
     path: str
@@ -101,7 +108,7 @@ class _Queries:
         return {
             "files": q("SELECT count(*) FROM files WHERE status = 'indexed'").fetchone()[0],
             "files_skipped": q("SELECT count(*) FROM files WHERE status = 'skipped'").fetchone()[0],
-            "chunks": q("SELECT count(*) FROM chunks").fetchone()[0],
+            "chunks": chunk_count(self.conn),
             "chunks_without_vectors": self.missing_vectors(),
         }
 

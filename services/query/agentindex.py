@@ -21,7 +21,7 @@ from memoryd.services.query import keyword as query_keyword
 from memoryd.services.query.vectors import VectorIndex
 from memoryd.shared import sqlitedb
 from memoryd.shared.exceptions import IndexMissing
-from memoryd.shared.store import META_DIMS, META_EMBEDDER, META_GENERATION
+from memoryd.shared.store import META_DIMS, META_EMBEDDER, META_GENERATION, chunk_count
 
 
 class AgentIndex:
@@ -109,7 +109,7 @@ class AgentIndex:
         """Chunks in the index now, without loading its vectors."""
         with self.lock:
             self._reopen_if_replaced()
-            return int(self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+            return chunk_count(self.conn)
 
     def close(self) -> None:
         if self.conn is not None:

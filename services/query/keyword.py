@@ -27,6 +27,7 @@ from typing import Any
 from memoryd.services.query.ranking import DateWindow
 from memoryd.shared import fts
 from memoryd.shared.dates import path_date
+from memoryd.shared.store import chunk_count
 
 #: English function words: alone they match everything, so they are not searched for
 #: (unless the query has nothing else). Content words are never in this list. The second
@@ -226,9 +227,7 @@ class KeywordSearcher:
             self._generation = generation
             self._df.clear()
             self._newest = None
-            # Kept in meta by the index's triggers (a count(*) reads every row: 8 ms at 1M chunks).
-            row = self.conn.execute("SELECT value FROM meta WHERE key = 'chunks'").fetchone()
-            (self._total,) = (int(row[0]),) if row else self.conn.execute("SELECT count(*) FROM chunks").fetchone()
+            self._total = chunk_count(self.conn)
             self._trigram = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'file_paths'").fetchone() \
                 is not None
 
