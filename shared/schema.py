@@ -18,7 +18,8 @@ import numpy as np
 from memoryd.shared import sqlitedb
 from memoryd.shared.content import VectorStore
 
-MIGRATIONS: list[str | Callable[[Any, Path], None]] = [
+#: Each a script (split at ``;``), statements to run one by one, or a function of (connection, index path).
+MIGRATIONS: list[str | tuple[str, ...] | Callable[[Any, Path], None]] = [
     # 1: the schema of SPEC §4.
     """
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -78,22 +79,22 @@ MIGRATIONS: list[str | Callable[[Any, Path], None]] = [
     lambda conn, path: _move_cache(conn, path),
     # 4: what a search would otherwise scan the index for — the chunk count (IDF weights) kept
     # in ``meta`` by triggers, and a trigram index of file paths for identifiers in a path.
-    lambda conn, path: _counted_and_paths(conn),
+    # Statements one by one: trigger bodies hold ``;``.
+    (
+        "INSERT OR REPLACE INTO meta(key, value) SELECT 'chunks', count(*) FROM chunks",
+        "CREATE TRIGGER chunks_counted_in AFTER INSERT ON chunks BEGIN "
+        "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'chunks'; END",
+        "CREATE TRIGGER chunks_counted_out AFTER DELETE ON chunks BEGIN "
+        "UPDATE meta SET value = CAST(value AS INTEGER) - 1 WHERE key = 'chunks'; END",
+        "CREATE VIRTUAL TABLE file_paths USING fts5(path, tokenize = 'trigram')",
+        "INSERT INTO file_paths(rowid, path) SELECT rowid, path FROM files",
+        "CREATE TRIGGER file_paths_in AFTER INSERT ON files BEGIN "
+        "INSERT INTO file_paths(rowid, path) VALUES (new.rowid, new.path); END",
+        "CREATE TRIGGER file_paths_out AFTER DELETE ON files BEGIN DELETE FROM file_paths WHERE rowid = old.rowid; "
+        "END",
+    ),
 ]
 
-#: Migration 4's statements: trigger bodies hold ``;``, so they are not one script to split.
-_COUNTED_AND_PATHS = (
-    "INSERT OR REPLACE INTO meta(key, value) SELECT 'chunks', count(*) FROM chunks",
-    "CREATE TRIGGER chunks_counted_in AFTER INSERT ON chunks BEGIN "
-    "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'chunks'; END",
-    "CREATE TRIGGER chunks_counted_out AFTER DELETE ON chunks BEGIN "
-    "UPDATE meta SET value = CAST(value AS INTEGER) - 1 WHERE key = 'chunks'; END",
-    "CREATE VIRTUAL TABLE file_paths USING fts5(path, tokenize = 'trigram')",
-    "INSERT INTO file_paths(rowid, path) SELECT rowid, path FROM files",
-    "CREATE TRIGGER file_paths_in AFTER INSERT ON files BEGIN "
-    "INSERT INTO file_paths(rowid, path) VALUES (new.rowid, new.path); END",
-    "CREATE TRIGGER file_paths_out AFTER DELETE ON files BEGIN DELETE FROM file_paths WHERE rowid = old.rowid; END",
-)
 
 def _move_cache(conn: Any, path: Path) -> None:
     """Copy the index's ``embedding_cache`` rows into the shared cache of their model, then drop
@@ -111,11 +112,6 @@ def _move_cache(conn: Any, path: Path) -> None:
     conn.execute("DROP TABLE embedding_cache")
 
 
-def _counted_and_paths(conn: Any) -> None:
-    for statement in _COUNTED_AND_PATHS:
-        conn.execute(statement)
-
-
 def migrate(conn: Any, path: Path) -> None:
     (version,) = conn.execute("PRAGMA user_version").fetchone()
     for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
@@ -123,9 +119,10 @@ def migrate(conn: Any, path: Path) -> None:
         try:
             if callable(script):
                 script(conn, path)
-            for statement in script.split(";") if isinstance(script, str) else []:
-                if statement.strip():
-                    conn.execute(statement)
+            else:
+                for statement in script.split(";") if isinstance(script, str) else script:
+                    if statement.strip():
+                        conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number}")
             conn.execute("COMMIT")
         except BaseException:
