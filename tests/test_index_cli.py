@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -113,34 +114,35 @@ def test_a_job_that_fails_for_good_ends_the_run_naming_it(workspace: Path, make_
     assert time.monotonic() - started < 60  # at once, not after the stall deadline
 
 
-def test_with_running_workers_it_queues_and_returns_unless_told_to_wait(
-        workspace: Path, make_settings, redis_url: str, tmp_path: Path) -> None:
+@pytest.fixture
+def workers(workspace: Path, make_settings, redis_url: str, tmp_path: Path) -> Iterator[tuple[Pipeline, Path]]:
+    """(pipeline, config) with real chunk, embed and index workers registered on the queues."""
     settings, config = make_settings(workspace, redis=redis_url)
     p = Pipeline(config, redis_url, settings, tmp_path)
     p.start("chunk", "embed", "index")
     try:
         wait_until(lambda: "running workers" in p.cli("index", "--agent", "main", "--json").stdout, timeout=60,
                    what="the workers to register")
-        _notes(workspace, 2)
-        queued = json.loads(p.cli("index", "--agent", "main", "--json").stdout)
-        assert queued["worked_by"] == "running workers" and queued["queued_files"] == 2
-        assert "chunks" not in queued
-        waited = json.loads(p.cli("index", "--agent", "main", "--wait", "--json").stdout)
-        assert waited["worked_by"] == "running workers" and waited["index"]["files"] == 2
+        yield p, config
     finally:
         p.stop()
 
 
-def test_a_run_that_stops_moving_ends_at_the_stall_deadline_and_loses_nothing(
-        workspace: Path, make_settings, redis_url: str, tmp_path: Path) -> None:
+def test_with_running_workers_it_queues_and_returns_unless_told_to_wait(workspace: Path, workers) -> None:
+    p, _ = workers
+    _notes(workspace, 2)
+    queued = json.loads(p.cli("index", "--agent", "main", "--json").stdout)
+    assert queued["worked_by"] == "running workers" and queued["queued_files"] == 2
+    assert "chunks" not in queued
+    waited = json.loads(p.cli("index", "--agent", "main", "--wait", "--json").stdout)
+    assert waited["worked_by"] == "running workers" and waited["index"]["files"] == 2
+
+
+def test_a_run_that_stops_moving_ends_at_the_stall_deadline_and_loses_nothing(workspace: Path, workers) -> None:
     """The embed worker is frozen (SIGSTOP): `index --wait` exits 1 once nothing moved for
     --stall-seconds, saying what it waited for; thawed, the worker finishes the run."""
-    settings, config = make_settings(workspace, redis=redis_url)
-    p = Pipeline(config, redis_url, settings, tmp_path)
-    p.start("chunk", "embed", "index")
+    p, config = workers
     try:
-        wait_until(lambda: "running workers" in p.cli("index", "--agent", "main", "--json").stdout, timeout=60,
-                   what="the workers to register")
         _notes(workspace, 3)
         p.procs["embed"].send_signal(signal.SIGSTOP)
         started = time.monotonic()
@@ -154,8 +156,7 @@ def test_a_run_that_stops_moving_ends_at_the_stall_deadline_and_loses_nothing(
         wait_until(lambda: len(p.query("main", "SELECT path FROM files WHERE status = 'indexed'")) == 3, timeout=60,
                    what="the thawed embed worker to finish the run")
     finally:
-        p.procs["embed"].send_signal(signal.SIGCONT)
-        p.stop()
+        p.procs["embed"].send_signal(signal.SIGCONT)  # a frozen worker would not stop
 
 
 def test_a_folder_without_memory_files_says_which_files_count(tmp_path: Path, make_settings, redis_url: str) -> None:
