@@ -129,6 +129,15 @@ def test_a_chunk_holding_every_identifier_scores_at_least_the_floor() -> None:
     assert ev.score >= query_keyword.IDENTIFIER_FLOOR
 
 
+def test_the_other_words_still_order_chunks_that_hold_the_identifier() -> None:
+    # "Flat 2" is in every note about the flat: the one that also says "keys" must score higher
+    q = query_keyword.parse("how many keys did we hand over for Flat 2")
+    weights = [1.0] * len(q.terms)
+    keys = query_keyword.evidence(q, weights, "Flat 2: keys given, 2 front door", "memory/2026-07-08.md", 1, -2.0)
+    other = query_keyword.evidence(q, weights, "Flat 2: boiler serviced", "memory/2026-03-24.md", 2, -1.0)
+    assert query_keyword.IDENTIFIER_FLOOR <= other.score < keys.score < 1.0
+
+
 def test_a_date_in_the_path_counts_as_found() -> None:
     q = query_keyword.parse("2026-01-20")
     ev = query_keyword.evidence(q, [3.0], "## API Discussion", "memory/2026-01-20.md", None, None)

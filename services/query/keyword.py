@@ -54,8 +54,9 @@ STOPWORDS = frozenset({
 _CONTRACTION = re.compile(r"(?<=[^\W\d_])['’](?:s|t|re|ve|ll|d|m)\b", re.IGNORECASE)
 #: An identifier is rare and exact: it counts this many times an ordinary word of the same rarity.
 IDENTIFIER_WEIGHT = 3.0
-#: A chunk holding every identifier of the query scores at least this on the text side: above
-#: the default minScore 0.35 with margin, below a chunk that also holds the other words.
+#: A chunk holding every identifier of the query scores at least this on the text side (above
+#: the default minScore 0.35 with margin), plus the rest times the share of the query's other
+#: words it holds: "keys … Flat 2" ranks the note about Flat 2's keys over every note about Flat 2.
 IDENTIFIER_FLOOR = 0.8
 #: A term in more chunks than this does not *find* candidates (its posting list would cost
 #: ~1 ms per 1,000 chunks to rank: 100 ms for a word in every chunk of 100k); it still counts
@@ -356,6 +357,7 @@ def evidence(query: KeywordQuery, weights: Sequence[float], text: str, path: str
     path_tokens = _path_tokens(path)
     total = sum(weights) or 1.0
     matched = 0.0
+    words, words_matched = 0.0, 0.0  # the terms that are not identifiers
     identifiers_found = True
     has_identifier = False
     first_term: Term | None = None
@@ -369,9 +371,12 @@ def evidence(query: KeywordQuery, weights: Sequence[float], text: str, path: str
         if term.identifier:
             has_identifier = True
             identifiers_found = identifiers_found and (in_text or in_path)
+        else:
+            words += weight
+            words_matched += weight if in_text else 0.0
     score = matched / total
     if has_identifier and identifiers_found:
-        score = max(score, IDENTIFIER_FLOOR)
+        score = IDENTIFIER_FLOOR + (1.0 - IDENTIFIER_FLOOR) * (words_matched / words if words else 1.0)
     return TextEvidence(rank, bm25, min(score, 1.0), first_term)
 
 
