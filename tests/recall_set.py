@@ -41,6 +41,9 @@ class Question:
     split: str
     q: str
     expect: tuple[tuple[str, int], ...]
+    #: The workspace's kind of text: "notes" (an agent's daily notes) or "conversation" (two
+    #: people's chat sessions written as daily notes, the external benchmark's shape).
+    style: str = "notes"
 
 
 def load(fixture: Path = FIXTURE) -> dict[str, Any]:
@@ -48,8 +51,11 @@ def load(fixture: Path = FIXTURE) -> dict[str, Any]:
 
 
 def questions(fixture: Path = FIXTURE) -> list[Question]:
-    return [Question(x["id"], x["ws"], x["kind"], x["split"], x["q"], tuple((p, int(n)) for p, n in x["expect"]))
-            for x in load(fixture)["questions"]]
+    data = load(fixture)
+    styles = {ws: entry.get("style", "notes") for ws, entry in data["workspaces"].items()}
+    return [Question(x["id"], x["ws"], x["kind"], x["split"], x["q"], tuple((p, int(n)) for p, n in x["expect"]),
+                     styles[x["ws"]])
+            for x in data["questions"]]
 
 
 def unanswerable(fixture: Path = FIXTURE) -> list[tuple[str, str]]:
@@ -75,7 +81,7 @@ def build(directory: Path, provider: str = "local", workspaces: Iterable[str] | 
         entry: dict[str, Any] = {"id": ws, "workspace": str(target)}
         entry["extraPaths"] = data["workspaces"][ws].get("extraPaths", [])
         entries.append(entry)
-    memory_search = _merge({"provider": provider}, search or {})
+    memory_search = merge({"provider": provider}, search or {})
     config = {"agents": {"defaults": {"memorySearch": memory_search}, "list": entries},
               "memoryd": {"stateDir": str(directory / "state")}}
     path = directory / "memoryd.json"
@@ -87,10 +93,11 @@ def build(directory: Path, provider: str = "local", workspaces: Iterable[str] | 
     return settings
 
 
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra`` laid over ``base``; nested objects are merged key by key."""
     out = dict(base)
     for key, value in extra.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
 
 
