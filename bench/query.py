@@ -62,7 +62,7 @@ CHUNKS_PER_FILE = 20
 BLOCK = 50_000
 SEED = 7
 #: Bump when the generated index changes, so a cached one is rebuilt.
-FORMAT = 5
+FORMAT = 6
 GOALS = {"cold_start_s@1M": 3, "rss_mb@1M": 2048, "p50_ms@1M": 60, "p50_ms@100k": 15, "refresh_ms@1M": 5,
          "cli_minus_http_ms": 100, "real_recall_at_10": 0.99}
 

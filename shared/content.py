@@ -239,7 +239,7 @@ class ContentStore:
 
 
 def embedder_slug(embedder: str) -> str:
-    """A file name for an embedder id ("local:all-MiniLM-L6-v2-int8:384:w256/32")."""
+    """A file name for an embedder id ("local:all-MiniLM-L6-v2-int8:384:w96/24")."""
     readable = re.sub(r"[^A-Za-z0-9_.-]+", "-", embedder).strip("-")[:80]
     return f"{readable}-{hashlib.sha256(embedder.encode()).hexdigest()[:8]}"
 

@@ -122,7 +122,7 @@ class ChunksEmbedded(FileEvent):
     mtime: float
     chunker: str
     chunks: list[ChunkData]
-    #: Provider fingerprint the vectors belong to ("local:all-MiniLM-L6-v2-int8:384:w256/32").
+    #: Provider fingerprint the vectors belong to ("local:all-MiniLM-L6-v2-int8:384:w96/24").
     embedder: str
     provider: str
     model: str

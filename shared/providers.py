@@ -2,13 +2,17 @@
 
 Every provider turns a chunk into a matrix of window vectors (``windows × dims``, L2
 normalised) and a query into one vector. Remote models read a whole 400-token chunk, so
-they return one window. MiniLM reads at most 256 word pieces while a 400-token chunk is
-~485, so the local provider embeds each ≤256-piece window of a chunk and search scores
-the chunk by its best window: text at the end of a chunk is found as well as text at its
-start.
+they return one window. The local provider embeds each window of ``local.windowPieces``
+word pieces (96, overlapping by 24; MiniLM reads at most 256 and was trained on 128) and
+search scores the chunk by its best window: a question about one line of a chunk meets a
+vector of that line's neighbourhood, not the average of the whole chunk. A query is read
+whole (up to 256 pieces) whatever the chunk windows.
 
-``embedder`` strings (the provider part of the index fingerprint) name the vector space:
-vectors with different strings are never mixed in one index.
+``embedder`` strings (the provider part of the index fingerprint) name how an index's vectors
+were made: vectors with different strings are never mixed in one index. Their
+:func:`vector_space` names what a query vector can be compared with: the local model's
+windows change how chunks are cut into vectors, not the space, so an index made with other
+windows still answers a query (while the indexer rebuilds it with the configured ones).
 """
 
 from __future__ import annotations
@@ -34,8 +38,11 @@ LOCAL_MODEL = "all-MiniLM-L6-v2-int8"
 LOCAL_DIMS = 384
 OPENAI_DEFAULT_MODEL = "text-embedding-3-small"
 HASH_DIMS = 256
+#: Word pieces MiniLM reads at most: a query is embedded whole up to this.
+LOCAL_MAX_PIECES = 256
 #: BERT's [CLS] and [SEP] ids in MiniLM's vocabulary.
 _CLS, _SEP = 101, 102
+_WINDOWS = re.compile(r":w\d+/\d+$")
 
 
 class Provider(Protocol):
@@ -57,6 +64,12 @@ def _normalise(m: np.ndarray) -> np.ndarray:
 
 def local_embedder(settings: LocalSettings) -> str:
     return f"local:{LOCAL_MODEL}:{LOCAL_DIMS}:w{settings.window_pieces}/{settings.window_overlap}"
+
+
+def vector_space(embedder: str) -> str:
+    """What a query vector of ``embedder`` can be compared with: the embedder without the local
+    model's chunk windows ("local:all-MiniLM-L6-v2-int8:384:w96/24" → "…:384")."""
+    return _WINDOWS.sub("", embedder) if embedder.startswith("local:") else embedder
 
 
 class LocalProvider:
@@ -90,10 +103,10 @@ class LocalProvider:
     def embedder(self) -> str:
         return local_embedder(self.settings)
 
-    def windows(self, text: str) -> list[list[int]]:
-        """Word-piece id windows of ≤ window_pieces (with [CLS]/[SEP]), overlapping."""
+    def windows(self, text: str, pieces: int | None = None) -> list[list[int]]:
+        """Word-piece id windows of ≤ ``pieces`` (window_pieces; with [CLS]/[SEP]), overlapping."""
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        size = self.settings.window_pieces - 2
+        size = (pieces or self.settings.window_pieces) - 2
         step = max(size - self.settings.window_overlap, 1)
         out = []
         for start in range(0, max(len(ids), 1), step):
@@ -134,7 +147,7 @@ class LocalProvider:
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._run(self.windows(text)[:1])[0]
+        return self._run(self.windows(text, LOCAL_MAX_PIECES)[:1])[0]
 
 
 class HashProvider:

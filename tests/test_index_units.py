@@ -98,6 +98,19 @@ def test_local_provider_finds_text_at_the_end_of_a_long_chunk(workspace: Path, m
     assert all(best > float((d @ query).max()) for d in distractors)
 
 
+def test_a_query_is_read_whole_whatever_the_chunk_windows(workspace: Path, make_settings) -> None:
+    """Chunks are cut into 32-piece windows here; a 60-piece question is still embedded whole."""
+    narrow, _ = make_settings(workspace, provider="local", local={"windowPieces": 32, "windowOverlap": 8})
+    (provider,) = resolve(narrow.agent("main").memory_search)
+    question = ("which of the vendors that sent invoices for the quarterly budget review last spring "
+                "also asked about the blue laundry basket that our cat Biscuit sleeps in every night?")
+    assert len(provider.windows(question)) > 1  # as a chunk, it would be three windows
+    whole = provider._run([[101, *provider.tokenizer.encode(question, add_special_tokens=False).ids, 102]])[0]
+    first = provider._run(provider.windows(question)[:1])[0]
+    query = provider.embed_query(question)
+    assert float(query @ whole) > 0.999 and float(query @ first) < 0.99
+
+
 def test_fallback_is_only_to_providers_of_the_same_vector_space(workspace: Path, make_settings) -> None:
     with OpenAIStub() as stub:
         settings, _ = make_settings(workspace, provider="openai-compatible", fallback=["local"], model="m",

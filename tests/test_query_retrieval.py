@@ -1,8 +1,8 @@
 """Recall of the default memory_search on part of the recall evaluation set, with the real local model.
 
-Five of the set's sixteen workspaces (``SUBSET``: a team lead's notes with a knowledge base,
-an SRE's with a knowledge base, the two Chinese/Japanese ones and the hardest of the four
-conversations), indexed for real with MiniLM (~20 s), every question of both splits asked
+Eight of the set's sixteen workspaces (``SUBSET``: a team lead's notes with a knowledge base,
+an SRE's with a knowledge base, the two Chinese/Japanese ones and the four conversations),
+indexed for real with MiniLM (~25 s), every question of both splits asked
 the way an agent asks (maxResults 6, minScore 0.35). bench/retrieval.py scores the whole
 set; the floors here are a little under what it measures on this subset (docs/query.md),
 so a regression fails while a question changing sides does not.
@@ -16,7 +16,8 @@ from recall_set import ask, build, questions, score
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
 
-SUBSET = ("ws01", "ws05", "ws11", "ws12", "ws15")
+CONVERSATIONS = ("ws13", "ws14", "ws15", "ws16")
+SUBSET = ("ws01", "ws05", "ws11", "ws12", *CONVERSATIONS)
 PLAIN = {"query": {"mmr": {"enabled": False}, "sourceBalance": {"enabled": False}}}
 
 
@@ -63,12 +64,13 @@ def test_chinese_and_japanese_questions(services, subset) -> None:
 
 
 def test_conversation_questions_beat_the_seeds_fusion(services, subset) -> None:
-    # two neighbours' chat sessions: every chunk shares their names, so MiniLM's cosines crowd
-    # together (measured: default 0.756, the seed's weighted 0.689)
-    conversation = [q for q in subset if q.ws == "ws15"]
-    default = score(ask(services[0], conversation))
-    assert default["R@6"] >= 0.70
-    assert default["R@6"] >= score(ask(services[1], conversation, "weighted"))["R@6"] + 0.04
+    # chat sessions: every chunk shares the speakers' names, so MiniLM's cosines crowd together
+    # (measured: R@6 0.866 against the seed's weighted 0.832, MRR 0.678 against 0.629)
+    conversation = [q for q in subset if q.ws in CONVERSATIONS]
+    default, weighted = score(ask(services[0], conversation)), score(ask(services[1], conversation, "weighted"))
+    assert default["R@6"] >= 0.82
+    assert default["R@6"] >= weighted["R@6"] + 0.015
+    assert default["MRR"] >= weighted["MRR"] + 0.02
     assert default["empty"] == 0
 
 

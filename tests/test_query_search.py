@@ -181,6 +181,26 @@ def test_an_index_of_another_embedder_is_not_mixed(fresh, tmp_path: Path) -> Non
     assert "MEMORY.md" in [r.path for r in answer.results]  # among the four notes naming it
 
 
+def test_an_index_of_other_local_windows_still_answers_with_vectors(workspace: Path, make_settings) -> None:
+    """Windows change how chunks become vectors, not the model: after a window change (0.2 made
+    them 96/24) the old index answers with vectors until the indexer has rebuilt it."""
+    (workspace / "MEMORY.md").write_text("# Home\n\n- Biscuit sleeps in the blue laundry basket.\n")
+    (workspace / "memory" / "2026-02-01.md").write_text("# 2026-02-01\n\n- Renewed the car insurance.\n")
+    old, _ = make_settings(workspace, provider="local", local={"windowPieces": 256, "windowOverlap": 32})
+    index_now(old, "main")
+    new, _ = make_settings(workspace, provider="local")
+    service = QueryService(new)
+    try:
+        answer = service.search("main", SearchRequest(query="where does the cat sleep?", explain=True))
+    finally:
+        service.close()
+    writer = IndexWriter(new.index_path("main"))
+    assert writer.meta("embedder").endswith(":w256/32")  # not rebuilt yet
+    writer.close()
+    assert (answer.mode, answer.reason) == ("hybrid", None)
+    assert answer.results[0].path == "MEMORY.md" and answer.results[0].explain.vector_rank == 1
+
+
 def test_new_content_is_seen_as_soon_as_it_is_committed(fresh) -> None:
     settings, service = fresh
     assert search(service, "ZEBRA-7781").results == []

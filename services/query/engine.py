@@ -275,7 +275,7 @@ class QueryService:
         if matrix is None or not len(matrix):
             return Vectors(None, f"index of agent {agent.id!r} has no vectors yet: answered by keyword")
         made_by = self._chain(agent)[0].embedder
-        if made_by != index.embedder:
+        if providers.vector_space(made_by) != providers.vector_space(index.embedder or ""):
             return Vectors(None, f"index holds vectors of {index.embedder!r}, the configured provider makes "
                                  f"{made_by!r}; they are not mixed. Rebuild with `memoryd index "
                                  f"--agent {agent.id}` (keyword-only until then)")
