@@ -30,10 +30,10 @@ from tests.support import wait_until
 CLI = [sys.executable, "-m", "memoryd.services.cli"]
 
 
-def _notes(workspace: Path, count: int) -> None:
+def _notes(workspace: Path, count: int, lines: int = 1) -> None:
     for i in range(count):
-        (workspace / "memory" / f"2026-03-{i:02d}.md").write_text(
-            f"# day {i}\n\n- moved service {i} to the new cluster; owner person-{i}\n")
+        body = "".join(f"- moved service {i}-{j} to the new cluster; owner person-{i}-{j}\n" for j in range(lines))
+        (workspace / "memory" / f"2026-03-{i:02d}.md").write_text(f"# day {i}\n\n{body}")
 
 
 def _env(config: Path) -> dict[str, str]:
@@ -71,7 +71,7 @@ def _run_in_pty(argv: list[str], env: dict[str, str], timeout: float = 240) -> t
 
 def test_on_a_terminal_the_bar_counts_files_and_chunks_as_they_happen(
         workspace: Path, make_settings, redis_url: str) -> None:
-    _notes(workspace, 40)
+    _notes(workspace, 40, lines=25)  # ~1 s of embedding: the bar (8 frames a second) draws counts on the way
     _, config = make_settings(workspace, redis=redis_url, provider="local")
     code, drawn = _run_in_pty([*CLI, "index", "--agent", "main"], _env(config))
     assert code == 0, drawn
