@@ -105,7 +105,8 @@ def test_a_query_is_read_whole_whatever_the_chunk_windows(workspace: Path, make_
     question = ("which of the vendors that sent invoices for the quarterly budget review last spring "
                 "also asked about the blue laundry basket that our cat Biscuit sleeps in every night?")
     assert len(provider.windows(question)) > 1  # as a chunk, it would be three windows
-    whole = provider._run([[101, *provider.tokenizer.encode(question, add_special_tokens=False).ids, 102]])[0]
+    pieces = provider.tokenizer.encode(question, add_special_tokens=False).ids
+    whole = provider._run([[101, *pieces, 102]])[0]  # [CLS] the whole question [SEP]
     first = provider._run(provider.windows(question)[:1])[0]
     query = provider.embed_query(question)
     assert float(query @ whole) > 0.999 and float(query @ first) < 0.99
