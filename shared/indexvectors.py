@@ -36,7 +36,8 @@ KEEP_GENERATIONS = 10_000
 PRUNE_EVERY = 1_000
 
 
-def _meta(conn: Any, key: str) -> str | None:
+def read_meta(conn: Any, key: str) -> str | None:
+    """The index's ``meta`` value of ``key`` (None when unset): every reader of the index asks this."""
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
     return row[0] if row else None
 
@@ -89,7 +90,7 @@ class VectorSync:
     # --- opening --------------------------------------------------------------------------
     def open(self) -> None:
         """Make the file hold what the committed index holds (outside any transaction)."""
-        dims = _meta(self.conn, "dims")
+        dims = read_meta(self.conn, "dims")
         if dims is None:
             return  # no vectors yet: the file is created with the first
         self.close()
@@ -99,9 +100,9 @@ class VectorSync:
             writer = None
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            generation = int(_meta(self.conn, "generation") or 0)
-            floor = int(_meta(self.conn, META_DELETIONS_FLOOR) or 0)
-            if (writer is None or writer.uid != _meta(self.conn, META_VECTORS_UID)
+            generation = int(read_meta(self.conn, "generation") or 0)
+            floor = int(read_meta(self.conn, META_DELETIONS_FLOOR) or 0)
+            if (writer is None or writer.uid != read_meta(self.conn, META_VECTORS_UID)
                     or writer.layout.dims != int(dims) or writer.state.generation < floor):
                 if writer is not None:
                     writer.close()
@@ -140,7 +141,7 @@ class VectorSync:
                 _set_meta(self.conn, META_DELETIONS_FLOOR, str(floor))
 
     def add(self, rowid: int, chunk_id: int, source: str, vector: np.ndarray) -> None:
-        if self.writer is None and _meta(self.conn, META_VECTORS_UID) is None:
+        if self.writer is None and read_meta(self.conn, META_VECTORS_UID) is None:
             # the index's first vector: an empty file now, tied to the index in this transaction
             self.writer = VecWriter.build(self.path, len(vector), [], self.generation - 1)
             _set_meta(self.conn, META_VECTORS_UID, self.writer.uid)

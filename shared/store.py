@@ -25,7 +25,7 @@ from memoryd.shared import schema, sqlitedb
 from memoryd.shared.events import ChunkData
 from memoryd.shared.exceptions import IndexMissing
 from memoryd.shared.fts import segment
-from memoryd.shared.indexvectors import VectorSync
+from memoryd.shared.indexvectors import VectorSync, read_meta
 
 #: meta keys
 META_FINGERPRINT = "fingerprint"
@@ -38,8 +38,8 @@ META_CHUNKS = "chunks"  # kept by triggers (shared/schema.py, migration 4)
 def chunk_count(conn: Any) -> int:
     """Chunks in the index: kept in ``meta`` by schema migration 4's triggers (a ``count(*)``
     reads every row: 8 ms at 1M chunks), counted on an index not migrated yet."""
-    row = conn.execute("SELECT value FROM meta WHERE key = ?", (META_CHUNKS,)).fetchone()
-    return int(row[0]) if row else int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+    kept = read_meta(conn, META_CHUNKS)
+    return int(kept) if kept is not None else int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,7 @@ class _Queries:
     conn: Any
 
     def meta(self, key: str) -> str | None:
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
+        return read_meta(self.conn, key)
 
     def file(self, path: str) -> FileRow | None:
         row = self.conn.execute(

@@ -21,6 +21,7 @@ from memoryd.services.query import keyword as query_keyword
 from memoryd.services.query.vectors import VectorIndex
 from memoryd.shared import sqlitedb
 from memoryd.shared.exceptions import IndexMissing
+from memoryd.shared.indexvectors import read_meta
 from memoryd.shared.store import META_DIMS, META_EMBEDDER, META_GENERATION, chunk_count
 
 
@@ -69,24 +70,20 @@ class AgentIndex:
             self.keyword = query_keyword.KeywordSearcher(self.conn)
 
     def _refresh(self) -> None:
-        generation = self._meta(META_GENERATION)
+        generation = read_meta(self.conn, META_GENERATION)
         if generation == self.generation and self.keyword is not None:
             return
-        self.embedder = self._meta(META_EMBEDDER)
-        if self._meta(META_DIMS) is None and self.vectors is not None:
+        self.embedder = read_meta(self.conn, META_EMBEDDER)
+        if read_meta(self.conn, META_DIMS) is None and self.vectors is not None:
             self.vectors.close()
             self.vectors = None
         assert self.keyword is not None
         self.keyword.refresh(generation)
         self.generation = generation
 
-    def _meta(self, key: str) -> str | None:
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
-
     def vector_index(self) -> VectorIndex | None:
         """The index's vectors at this snapshot (call inside it); None when it has none."""
-        if self._meta(META_DIMS) is None:
+        if read_meta(self.conn, META_DIMS) is None:
             return None
         if self.vectors is None:
             self.vectors = VectorIndex(self.path)

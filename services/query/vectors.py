@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from memoryd.shared.indexvectors import META_DELETIONS_FLOOR, META_VECTORS_UID, index_rows
+from memoryd.shared.indexvectors import META_DELETIONS_FLOOR, META_VECTORS_UID, index_rows, read_meta
 from memoryd.shared.vecfile import VecFile, vec_path
 from memoryd.shared.vecwriter import Rows
 
@@ -107,7 +107,7 @@ class VectorIndex:
 
     def refresh(self, conn: Any, generation: int) -> None:
         """Follow the index to ``generation`` (call inside the search's read transaction)."""
-        uid = _meta(conn, META_VECTORS_UID)
+        uid = read_meta(conn, META_VECTORS_UID)
         if self._next is not None:
             return self._load(conn, generation, uid, self._next)
         try:
@@ -118,7 +118,7 @@ class VectorIndex:
         if self.file is None or self.file.inode != (inode.st_dev, inode.st_ino) or self.file.uid != uid:
             return self._load(conn, generation, uid)
         if generation != self.seen:
-            floor = int(_meta(conn, META_DELETIONS_FLOOR) or 0)
+            floor = int(read_meta(conn, META_DELETIONS_FLOOR) or 0)
             if floor > self.seen:
                 return self._load(conn, generation, uid)
             self._advance(conn, generation)
@@ -273,11 +273,6 @@ def _top(scores: np.ndarray, m: int) -> np.ndarray:
     elif len(found) > m:  # each row kept costs its int8 re-score: keep exactly m
         found = found[np.argpartition(-scores[found], m)[:m]]
     return found[np.isfinite(scores[found])]
-
-
-def _meta(conn: Any, key: str) -> str | None:
-    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-    return row[0] if row else None
 
 
 @functools.cache
