@@ -5,7 +5,7 @@ is derived from it by the same writer, so a query process ``mmap``s it and answe
 first search without reading a vector row by row (O(1) in the index's size). Per vector
 row (a chunk's window) it holds:
 
-- ``reduced``: the vector projected on the index's top ``dims/4`` principal directions
+- ``reduced``: the vector projected on the index's top ``dims/REDUCTION`` principal directions
   (float32; 48 of MiniLM's 384) — what a search scans, with BLAS, at an eighth of the
   bytes of the float32 vectors;
 - ``codes`` + ``scales``: the vector's difference from the index's mean vector as int8 with
