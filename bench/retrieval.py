@@ -8,10 +8,10 @@ Copies every workspace of the set, indexes each in-process with the real pipelin
 ``QueryService.search`` twice (maxResults 6 and 10; minScore the configured 0.35):
 
 - ``default``: the call an agent makes, nothing but the query (the configured fusion,
-  time-aware ranking and source balance);
+  passages, time-aware ranking and source balance);
 - ``rrf``, ``weighted`` (the seed's 0.7/0.3), ``keyword`` (the BM25 side alone) and
-  ``vector`` (the vector side alone): the fusion modes *without* MMR, temporal decay and
-  source balance, as baselines.
+  ``vector`` (the vector side alone): the fusion modes *without* passages, MMR, temporal
+  decay and source balance, as baselines (one result per chunk, as the seed returns them).
 
 For each: R@1/3/6/10, MRR, empty answers (answerable questions with no result), overall, per
 style of workspace (``notes``: an agent's daily notes; ``conversation``: two people's chat
@@ -19,7 +19,7 @@ sessions written as daily notes) and per kind of question, for the ``tune`` and 
 splits separately (tune on ``tune`` only); and for the unanswerable questions how many
 still got a result. ``--set`` changes a ``memorySearch`` setting for the ``default`` run
 (dotted camelCase path, JSON value), to measure what one ranking choice contributes (the
-baselines get it too, with MMR, decay and source balance still off).
+baselines get it too, with passages, MMR, decay and source balance still off).
 ``--workdir`` keeps the copies and indexes between runs (an unchanged index is not
 rebuilt). ``--misses`` lists the ``tune`` questions the default does not answer within 6.
 """
@@ -41,9 +41,9 @@ from recall_set import Outcome, ask, build, merge, noise, questions, score  # no
 
 from memoryd.services.query.engine import QueryService  # noqa: E402
 
-#: The baselines: fusion modes with time-aware ranking and source balance off.
+#: The baselines: fusion modes with passages, time-aware ranking and source balance off.
 BASELINES = ("rrf", "weighted", "keyword", "vector")
-PLAIN = {"query": {"mmr": {"enabled": False}, "temporalDecay": {"enabled": False},
+PLAIN = {"query": {"passages": {"enabled": False}, "mmr": {"enabled": False}, "temporalDecay": {"enabled": False},
                    "sourceBalance": {"enabled": False}}}
 
 

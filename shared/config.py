@@ -96,12 +96,20 @@ class SourceBalanceSettings(_Model):
     other_source_weight: float = Field(d.OTHER_SOURCE_WEIGHT, ge=0, le=1)
 
 
+class PassageSettings(_Model):
+    """Chunks of one file that touch and both answer are one result, up to ``max_tokens``."""
+
+    enabled: bool = d.PASSAGES_ENABLED
+    max_tokens: int = Field(d.PASSAGE_MAX_TOKENS, ge=0, le=8000)
+
+
 class QuerySettings(_Model):
     max_results: int = Field(d.MAX_RESULTS, ge=1, le=100)
     min_score: float = Field(d.MIN_SCORE, ge=0, le=1)
     fusion: FusionMode = "rrf"
     hybrid: HybridSettings = HybridSettings()
     max_read_lines: int = Field(d.MAX_READ_LINES, ge=1, le=1_000_000)
+    passages: PassageSettings = PassageSettings()
     mmr: MmrSettings = MmrSettings()
     temporal_decay: TemporalDecaySettings = TemporalDecaySettings()
     source_balance: SourceBalanceSettings = SourceBalanceSettings()

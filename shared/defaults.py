@@ -48,6 +48,12 @@ TEXT_WEIGHT = 0.3
 #: rank 25th–48th without the agreement of two ranks: × 8 took the recall set's R@6 0.887 → 0.896
 #: (tune) and 0.874 → 0.904 (held out) for ~1 ms more per search at 100k chunks (docs/query.md).
 CANDIDATE_MULTIPLIER = 8
+#: Touching chunks of one file that both answer are joined into one result of at most this many
+#: tokens (the seed's chunk size; our chunks end where the text picks, ~half of it): on the recall
+#: set R@6 0.893 → 0.913 tune, 0.892 → 0.912 held out, conversations 0.867 → 0.917 and 0.864 →
+#: 0.915 (docs/query.md).
+PASSAGES_ENABLED = True
+PASSAGE_MAX_TOKENS = 400
 #: MMR on by default with λ 0.7, the reference system's: on the recall set (tune) R@6 0.852 → 0.877;
 #: λ 0.5 / 0.8 / 0.9 gave 0.855 / 0.881 / 0.874 (docs/query.md).
 MMR_ENABLED = True

@@ -100,12 +100,14 @@ OPEN = ranking.DateWindow()
 
 
 def _select(query: QuerySettings, rows: dict, scores: dict, window: ranking.DateWindow = OPEN, k: int = 6):
+    """The best chunk of each result, and the candidates."""
     cands = {cid: Candidate(cid, fused=score) for cid, score in scores.items()}
-    return ranking.select(cands, rows, query, window, D("2026-03-01"), 0.35, k), cands
+    return [p.best for p in ranking.select(cands, rows, query, window, D("2026-03-01"), 0.35, k)], cands
 
 
-def _row(path: str, source: str = "memory", text: str = "") -> tuple[str, str, int, int, str]:
-    return (path, source, 1, 5, text or path)
+def _row(path: str, source: str = "memory", text: str = "", lines: tuple[int, int] = (1, 5),
+         tokens: int = 50) -> ranking.ChunkRow:
+    return ranking.ChunkRow(path, source, *lines, text or path, tokens)
 
 
 def test_select_weighs_sources_then_drops_what_falls_under_min_score() -> None:
@@ -138,6 +140,32 @@ def test_select_keeps_only_the_window_and_returns_mmr_picks_in_score_order() -> 
     assert chosen == [1, 3]
     no_mmr = QuerySettings.model_validate({"mmr": {"enabled": False}})
     assert _select(no_mmr, rows, {1: 0.9, 2: 0.88, 3: 0.7, 4: 0.95}, window=window, k=2)[0] == [1, 2]
+
+
+def test_chunks_that_touch_are_one_passage_and_the_freed_place_goes_to_the_next_answer() -> None:
+    day = "memory/2026-01-10.md"
+    rows = {1: _row(day, text="priya signed up for the marathon", lines=(6, 9)),
+            2: _row(day, text="october fifth, the full distance", lines=(10, 14)),  # starts where 1 ends
+            3: _row(day, text="the cello rental is 45 a month", lines=(30, 33)),  # same file, apart
+            4: _row("memory/2026-01-11.md", text="race day went well", lines=(1, 5)),
+            5: _row(day, text="training starts in june", lines=(1, 5))}  # touches 1 from above
+    scores = {1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6, 5: 0.5}
+    cands = {cid: Candidate(cid, fused=score) for cid, score in scores.items()}
+    chosen = ranking.select(cands, rows, QuerySettings(), OPEN, None, 0.35, 3)
+    assert [(p.ids, p.start_line, p.end_line, p.tokens) for p in chosen] == [
+        ([1, 2, 5], 1, 14, 150), ([3], 30, 33, 50), ([4], 1, 5, 50)]
+    assert chosen[0].text.split("\n")[0] == "training starts in june"  # in line order, for MMR
+
+
+def test_a_passage_stops_at_max_tokens_and_passages_can_be_turned_off() -> None:
+    rows = {cid: _row("memory/2026-01-10.md", text=f"part {cid}", lines=(cid * 10, cid * 10 + 9), tokens=150)
+            for cid in (1, 2, 3)}
+    scores = {1: 0.9, 2: 0.8, 3: 0.7}
+    assert _select(QuerySettings(), rows, scores)[0] == [1, 3]  # 1 + 2 = 300 tokens; 3 would make 450
+    capped = QuerySettings.model_validate({"passages": {"maxTokens": 150}})
+    assert _select(capped, rows, scores)[0] == [1, 2, 3]
+    off = QuerySettings.model_validate({"passages": {"enabled": False}})
+    assert _select(off, rows, scores)[0] == [1, 2, 3]
 
 
 # --- calibration -----------------------------------------------------------------------------

@@ -18,7 +18,10 @@ from memoryd.services.query.models import SearchRequest
 
 CONVERSATIONS = ("ws13", "ws14", "ws15", "ws16")
 SUBSET = ("ws01", "ws05", "ws11", "ws12", *CONVERSATIONS)
-PLAIN = {"query": {"mmr": {"enabled": False}, "sourceBalance": {"enabled": False}}}
+#: The seed's shape: one result per chunk, no MMR, no source balance.
+PLAIN = {"query": {"passages": {"enabled": False}, "mmr": {"enabled": False}, "sourceBalance": {"enabled": False}}}
+#: The default call with one result per chunk.
+CHUNKS = {"query": {"passages": {"enabled": False}}}
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +29,10 @@ def services(tmp_path_factory: pytest.TempPathFactory):
     directory = tmp_path_factory.mktemp("recall")
     default = QueryService(build(directory, provider="local", workspaces=SUBSET))
     plain = QueryService(build(directory, provider="local", workspaces=SUBSET, search=PLAIN))
-    yield default, plain
-    default.close()
-    plain.close()
+    chunks = QueryService(build(directory, provider="local", workspaces=SUBSET, search=CHUNKS))
+    yield default, plain, chunks
+    for service in (default, plain, chunks):
+        service.close()
 
 
 @pytest.fixture(scope="module")
@@ -42,35 +46,41 @@ def default_scores(services, subset) -> dict:
 
 
 def test_the_default_call_clears_its_floors(default_scores: dict) -> None:
-    assert default_scores["R@6"] >= 0.76
-    assert default_scores["R@1"] >= 0.48
-    assert default_scores["MRR"] >= 0.55
-    assert default_scores["empty"] <= 3
+    # measured: R@6 0.890, R@1 0.592, MRR 0.705, no empty answer
+    assert default_scores["R@6"] >= 0.85
+    assert default_scores["R@1"] >= 0.55
+    assert default_scores["MRR"] >= 0.66
+    assert default_scores["empty"] <= 2
 
 
 def test_the_default_beats_the_seeds_weighted_fusion_and_the_keyword_side(services, subset,
                                                                             default_scores: dict) -> None:
     weighted = score(ask(services[1], subset, "weighted"))
     keyword = score(ask(services[1], subset, "keyword"))
-    assert default_scores["R@6"] >= weighted["R@6"] + 0.05
-    assert default_scores["R@6"] >= keyword["R@6"] + 0.20
+    # measured: 0.890 against 0.801 and 0.598
+    assert default_scores["R@6"] >= weighted["R@6"] + 0.06
+    assert default_scores["R@6"] >= keyword["R@6"] + 0.25
     assert default_scores["empty"] < weighted["empty"]
 
 
 def test_chinese_and_japanese_questions(services, subset) -> None:
     cjk = score(ask(services[0], [q for q in subset if q.kind == "cjk"]))
-    assert cjk["R@6"] >= 0.60
+    assert cjk["R@6"] >= 0.70  # measured 0.766
     assert cjk["empty"] == 0
 
 
 def test_conversation_questions_beat_the_seeds_fusion(services, subset) -> None:
-    # chat sessions: every chunk shares the speakers' names, so MiniLM's cosines crowd together
-    # (measured: R@6 0.866 against the seed's weighted 0.832, MRR 0.678 against 0.629)
+    # chat sessions: every chunk shares the speakers' names, so MiniLM's cosines crowd together, and
+    # a question's context and its answer often fall in two neighbouring chunks (passages join them).
+    # Measured: R@6 0.916 against the seed's weighted 0.832 and 0.866 with one result per chunk;
+    # MRR 0.714 against 0.629 and 0.678.
     conversation = [q for q in subset if q.ws in CONVERSATIONS]
     default, weighted = score(ask(services[0], conversation)), score(ask(services[1], conversation, "weighted"))
-    assert default["R@6"] >= 0.82
-    assert default["R@6"] >= weighted["R@6"] + 0.015
-    assert default["MRR"] >= weighted["MRR"] + 0.02
+    per_chunk = score(ask(services[2], conversation))
+    assert default["R@6"] >= 0.88
+    assert default["R@6"] >= weighted["R@6"] + 0.05
+    assert default["R@6"] >= per_chunk["R@6"] + 0.03
+    assert default["MRR"] >= weighted["MRR"] + 0.05
     assert default["empty"] == 0
 
 

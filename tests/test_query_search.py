@@ -15,7 +15,7 @@ import pytest
 from retrieval_set import build
 
 from memoryd.services.query.engine import QueryService
-from memoryd.services.query.models import SNIPPET_MAX_CHARS, SearchRequest, dump
+from memoryd.services.query.models import SNIPPET_MAX_CHARS, GetRequest, SearchRequest, dump
 from memoryd.shared.config import Settings, load_settings
 from memoryd.shared.indexing import index_now
 from memoryd.shared.store import IndexWriter
@@ -199,6 +199,50 @@ def test_an_index_of_other_local_windows_still_answers_with_vectors(workspace: P
     writer.close()
     assert (answer.mode, answer.reason) == ("hybrid", None)
     assert answer.results[0].path == "MEMORY.md" and answer.results[0].explain.vector_rank == 1
+
+
+def test_neighbouring_chunks_that_both_answer_are_one_passage(workspace: Path, make_settings) -> None:
+    """Small chunks (32 tokens here) that touch and both rank come back as one result whose lines
+    span them, and memory_get reads the whole passage; with passages off they are separate results."""
+    (workspace / "memory" / "2026-03-29.md").write_text(
+        "# 2026-03-29\n"
+        "Maureen: Biscuit stayed with me all week while you were away in Lisbon.\n"
+        "Gordon: Did Biscuit chew anything while staying with you, Maureen?\n"
+        "Maureen: Biscuit chewed one of my sheepskin slippers on the second night.\n"
+        "Gordon: Sorry! Biscuit owes you a new pair of slippers, I will order them.\n"
+        "Maureen: The garden centre had the tomato seedlings I wanted at last.\n")
+    (workspace / "memory" / "2026-04-02.md").write_text("# 2026-04-02\nGordon: The car insurance renewal is due.\n")
+    joined, _ = make_settings(workspace, chunking={"tokens": 32, "overlap": 0})
+    index_now(joined, "main")
+    apart, _ = make_settings(workspace, chunking={"tokens": 32, "overlap": 0}, query={"passages": {"enabled": False}})
+    writer = IndexWriter(joined.index_path("main"))
+    chunks = writer.conn.execute("SELECT start_line, end_line FROM chunks WHERE path = ? ORDER BY start_line",
+                                 ("memory/2026-03-29.md",)).fetchall()
+    writer.close()
+    assert len(chunks) >= 3  # the note really is several small chunks
+
+    def ask(settings: Settings) -> list:
+        service = QueryService(settings)
+        try:
+            return service.search("main", SearchRequest(query="what did Biscuit chew while staying with Maureen?",
+                                                         fusion="keyword")).results
+        finally:
+            service.close()
+
+    separate = [r for r in ask(apart) if r.path == "memory/2026-03-29.md"]
+    together = [r for r in ask(joined) if r.path == "memory/2026-03-29.md"]
+    assert len(separate) >= 2 and all((r.start_line, r.end_line) in chunks for r in separate)
+    assert len(together) < len(separate)
+    top = together[0]
+    assert top.start_line <= min(r.start_line for r in separate) and top.end_line >= max(r.end_line for r in separate)
+    assert sum(1 for start, end in chunks if top.start_line <= start and end <= top.end_line) >= 2
+    service = QueryService(joined)
+    try:
+        text = service.get("main", GetRequest(path=top.path, **{"from": top.start_line},
+                                              lines=top.end_line - top.start_line + 1)).text
+    finally:
+        service.close()
+    assert "stayed with me" in text and "sheepskin slippers" in text
 
 
 def test_new_content_is_seen_as_soon_as_it_is_committed(fresh) -> None:

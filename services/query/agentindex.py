@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.services.query import keyword as query_keyword
+from memoryd.services.query.ranking import ChunkRow
 from memoryd.services.query.vectors import VectorIndex
 from memoryd.shared import sqlitedb
 from memoryd.shared.exceptions import IndexMissing
@@ -92,15 +93,15 @@ class AgentIndex:
             self.vectors_at = self.generation
         return self.vectors
 
-    def chunks(self, ids: list[int]) -> dict[int, tuple[str, str, int, int, str]]:
-        """id → (path, source, start_line, end_line, text) of the chunks that still exist."""
+    def chunks(self, ids: list[int]) -> dict[int, ChunkRow]:
+        """id → row of the chunks that still exist."""
         if not ids:
             return {}
         marks = ",".join("?" * len(ids))
         rows = self.conn.execute(
-            f"SELECT id, path, source, start_line, end_line, text FROM chunks WHERE id IN ({marks})", ids
+            f"SELECT id, path, source, start_line, end_line, text, tokens FROM chunks WHERE id IN ({marks})", ids
         )
-        return {r[0]: r[1:] for r in rows}
+        return {r[0]: ChunkRow(*r[1:]) for r in rows}
 
     def chunk_count(self) -> int:
         """Chunks in the index now, without loading its vectors."""

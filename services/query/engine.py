@@ -206,7 +206,7 @@ class QueryService:
         results = self._score(cands, side.rows, side.first_terms, s, text_side, vectors.query is not None, newest)
         return results, vectors, text_side
 
-    def _score(self, cands: dict[int, fusion.Candidate], rows: dict[int, tuple[str, str, int, int, str]],
+    def _score(self, cands: dict[int, fusion.Candidate], rows: dict[int, ranking.ChunkRow],
                first_terms: dict[int, query_keyword.Term | None], s: _Search, text_side: bool,
                vector_side: bool, newest: dt.date | None) -> list[SearchResult]:
         """Fuse every candidate's scores, rank (services/query/ranking.py); build results (snippets)
@@ -222,12 +222,12 @@ class QueryService:
                 c.fused = fusion.calibrated_rrf(c, sides, s.anchors)
         chosen = ranking.select(cands, rows, query, s.keyword.window, newest, s.min_score, s.max_results)
         results = []
-        for cid in chosen:
-            c = cands[cid]
-            path, source, start, end, text = rows[cid]
+        for passage in chosen:
+            c, row = cands[passage.best], rows[passage.best]
             results.append(SearchResult(
-                path=path, start_line=start, end_line=end, score=round(c.fused, 4), source=source,
-                snippet=snippet(text, query_keyword.first_line(text, first_terms.get(cid))),
+                path=passage.path, start_line=passage.start_line, end_line=passage.end_line,
+                score=round(c.fused, 4), source=row.source,
+                snippet=snippet(row.text, query_keyword.first_line(row.text, first_terms.get(passage.best))),
                 explain=_explain(c) if s.explain else None,
             ))
         return results
@@ -311,7 +311,7 @@ class QueryService:
 @dataclass
 class _TextSide:
     cands: dict[int, fusion.Candidate]
-    rows: dict[int, tuple[str, str, int, int, str]]
+    rows: dict[int, ranking.ChunkRow]
     weights: list[float]
     first_terms: dict[int, query_keyword.Term | None]
 
@@ -323,17 +323,17 @@ def _evidence(side: _TextSide, query: query_keyword.KeywordQuery, ids: list[int]
         if row is None:
             continue
         c = side.cands[cid]
-        ev = query_keyword.evidence(query, side.weights, row[4], row[0], c.text_rank, c.bm25)
+        ev = query_keyword.evidence(query, side.weights, row.text, row.path, c.text_rank, c.bm25)
         c.text, side.first_terms[cid] = ev.score, ev.first_term
 
 
 def _rank_ties_by_place(hits: list[VectorHit], cands: dict[int, fusion.Candidate],
-                        rows: dict[int, tuple[str, str, int, int, str]]) -> None:
+                        rows: dict[int, ranking.ChunkRow]) -> None:
     """Vector ranks with equal scores ordered by place (path, lines), not by row id, so an index
     rebuilt or replayed from the log ranks exactly as the live one."""
     def place(hit: VectorHit) -> tuple[float, str, int, int]:
         row = rows.get(hit.chunk_id)
-        return (-hit.score, *(row[0], row[2], row[3])) if row else (-hit.score, "", 0, 0)
+        return (-hit.score, row.path, row.start_line, row.end_line) if row else (-hit.score, "", 0, 0)
 
     for rank, hit in enumerate(sorted(hits, key=place), start=1):
         cands[hit.chunk_id].vector_rank = rank

@@ -14,11 +14,16 @@ Each step is a small pure function over fused candidates, so each can be measure
   dated note of the index (not the clock: a memory left alone for months keeps its
   answers); undated files never decay. It orders what passed minScore and removes nothing
   (cutting after it emptied answers). Off by default — it lost recall on the set.
+- **passages**: chunks of one file that touch (one ends on the line before the other starts)
+  and both passed are joined into one result, best chunk first, up to ``passages.maxTokens``
+  (400, the chunk size of the seed): the chunker cuts short chunks where the text picks (so an
+  edit re-embeds one or two), and two neighbours that both answer are one stretch of memory to
+  read, not two results. The freed place goes to the next answer.
 - **MMR** (maximal marginal relevance, Carbonell & Goldstein): the results are picked one
   by one, each maximising ``λ × score − (1 − λ) × (highest similarity to one already
   picked)``; similarity is the Jaccard overlap of the chunks' word sets (no vectors
-  needed, so it works in keyword-only answers too). The picked results are returned in
-  score order.
+  needed, so it works in keyword-only answers too), a passage's words those of its chunks.
+  The picked results are returned in score order.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ import datetime as dt
 import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from memoryd.services.query.fusion import Candidate
 from memoryd.shared.config import QuerySettings
@@ -39,6 +45,47 @@ MMR_POOL = 3
 #: With a date window the vector side reads this many times more candidates and drops the ones
 #: outside it (the vector matrix knows no dates); the keyword side filters in SQL, exactly.
 WINDOW_DEPTH = 10
+
+
+class ChunkRow(NamedTuple):
+    """A chunk as a search reads it from the index."""
+
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    text: str
+    tokens: int
+
+
+@dataclass
+class Passage:
+    """One result: a chunk, or chunks of one file that touch, joined; ``ids`` best first."""
+
+    ids: list[int]
+    path: str
+    start_line: int
+    end_line: int
+    tokens: int
+    members: list[ChunkRow] = field(default_factory=list)
+
+    @property
+    def best(self) -> int:
+        return self.ids[0]
+
+    @property
+    def text(self) -> str:
+        """The chunks' texts in line order (what MMR compares)."""
+        return "\n".join(row.text for row in sorted(self.members, key=lambda row: row.start_line))
+
+    def touches(self, row: ChunkRow) -> bool:
+        return row.path == self.path and row.start_line <= self.end_line + 1 and row.end_line >= self.start_line - 1
+
+    def add(self, cid: int, row: ChunkRow) -> None:
+        self.ids.append(cid)
+        self.members.append(row)
+        self.start_line, self.end_line = min(self.start_line, row.start_line), max(self.end_line, row.end_line)
+        self.tokens += row.tokens
 
 
 @dataclass(frozen=True)
@@ -117,30 +164,48 @@ def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
     return common / (len(a) + len(b) - common)
 
 
-def select(cands: Mapping[int, Candidate], rows: Mapping[int, tuple[str, str, int, int, str]],
-           query: QuerySettings, window: DateWindow, newest: dt.date | None, min_score: float,
-           k: int) -> list[int]:
-    """The ids of the results, best first: fused scores weighed (source balance, temporal
-    decay), kept inside ``window`` and at or over ``min_score``, diversified by MMR."""
+def join(ids: Sequence[int], rows: Mapping[int, ChunkRow], max_tokens: int) -> list[Passage]:
+    """The chunks ``ids`` (best first) as passages, in the order of their best chunk: each chunk
+    joins the first passage it touches that has room for it (``max_tokens``; 0 joins nothing),
+    else starts its own."""
+    passages: list[Passage] = []
+    for cid in ids:
+        row = rows[cid]
+        home = next((p for p in passages if p.tokens + row.tokens <= max_tokens and p.touches(row)), None)
+        if home is None:
+            passages.append(Passage([cid], row.path, row.start_line, row.end_line, row.tokens, [row]))
+        else:
+            home.add(cid, row)
+    return passages
+
+
+def select(cands: Mapping[int, Candidate], rows: Mapping[int, ChunkRow], query: QuerySettings,
+           window: DateWindow, newest: dt.date | None, min_score: float, k: int) -> list[Passage]:
+    """The results, best first: fused scores weighed (source balance, temporal decay), kept inside
+    ``window`` and at or over ``min_score``, touching chunks joined into passages, diversified by MMR."""
     balance, decayed = query.source_balance, query.temporal_decay
     scored = []
     for cid, c in cands.items():
         row = rows.get(cid)
-        if row is None or not window.holds(row[0]):
+        if row is None or not window.holds(row.path):
             continue  # a row gone since the vector matrix was read, or outside the dates asked for
-        c.weight = source_weight(row[1], balance.other_source_weight) if balance.enabled else 1.0
+        c.weight = source_weight(row.source, balance.other_source_weight) if balance.enabled else 1.0
         c.fused *= c.weight
         passes = c.fused >= min_score  # decay orders what passes; it does not push an answer under minScore
         if decayed.enabled:
-            factor = decay(row[0], newest, decayed.half_life_days)
+            factor = decay(row.path, newest, decayed.half_life_days)
             c.weight *= factor
             c.fused *= factor
         if passes:
             # ties by place, not row id: a rebuilt or replayed index answers exactly as the live one
-            scored.append((-c.fused, c.text_rank or 10**9, c.vector_rank or 10**9, row[0], row[2], row[3], cid))
+            scored.append((-c.fused, c.text_rank or 10**9, c.vector_rank or 10**9, row.path, row.start_line,
+                           row.end_line, cid))
     scored.sort()
-    ids = [entry[-1] for entry in scored]
+    passages = join([entry[-1] for entry in scored], rows,
+                    query.passages.max_tokens if query.passages.enabled else 0)
     if not query.mmr.enabled:
-        return ids[:k]
-    picked = set(mmr(ids, lambda cid: cands[cid].fused, lambda cid: rows[cid][4], k, query.mmr.lambda_))
-    return [cid for cid in ids if cid in picked]
+        return passages[:k]
+    order = list(range(len(passages)))
+    picked = set(mmr(order, lambda i: cands[passages[i].best].fused, lambda i: passages[i].text, k,
+                     query.mmr.lambda_))
+    return [p for i, p in enumerate(passages) if i in picked]
