@@ -69,6 +69,10 @@ class Passage:
     tokens: int
     members: list[ChunkRow] = field(default_factory=list)
 
+    @classmethod
+    def of(cls, cid: int, row: ChunkRow) -> Passage:
+        return cls([cid], row.path, row.start_line, row.end_line, row.tokens, [row])
+
     @property
     def best(self) -> int:
         return self.ids[0]
@@ -173,7 +177,7 @@ def join(ids: Sequence[int], rows: Mapping[int, ChunkRow], max_tokens: int) -> l
         row = rows[cid]
         home = next((p for p in passages if p.tokens + row.tokens <= max_tokens and p.touches(row)), None)
         if home is None:
-            passages.append(Passage([cid], row.path, row.start_line, row.end_line, row.tokens, [row]))
+            passages.append(Passage.of(cid, row))
         else:
             home.add(cid, row)
     return passages
