@@ -201,6 +201,17 @@ def test_a_long_chinese_word_is_searched_whole_and_by_its_parts() -> None:
     assert {"空 气 质 量", "空 气", "质 量", "合 格"} <= terms
 
 
+def test_a_chinese_word_counts_by_its_characters_too() -> None:
+    query = keyword.parse("柜子是找哪家定做的？")
+    terms = [t.phrase for t in query.terms]
+    assert terms[:2] == ["柜 子", "定 做"] and {"柜", "子", "定", "做"} <= set(terms)
+    assert not {"的", "是", "哪 家"} & set(terms)
+    # the note says 衣柜 and 定制: no word of the question, but its characters
+    note = keyword.evidence(query, [1.0] * len(terms), "全屋定制选了欧派（衣柜、书柜、橱柜）。", "memory/a.md", 1, -1.0)
+    assert note.score == pytest.approx(2 / 6)
+    assert keyword.evidence(query, [1.0] * len(terms), "柜子找木匠定做的。", "memory/b.md", 1, -1.0).score == 1.0
+
+
 def test_kana_without_words_falls_back_to_bigrams() -> None:
     assert [t.phrase for t in keyword.parse("さくら").terms] == ["さ く", "く ら"]
 

@@ -185,17 +185,24 @@ def _jieba() -> Any:
 
 def cjk_terms(chars: list[str]) -> list[Term]:
     """A CJK run's terms: the words jieba finds in it (``cut_for_search``: a long word and its
-    parts), each a phrase of its characters, without function words and single characters.
+    parts), each a phrase of its characters, without function words; then the characters of
+    those words, each a term of its own.
 
     The index stores every CJK character as a token, so a word is found wherever its
     characters stand together. Overlapping bigrams (``数据库备份`` → ``数据 据库 库备 备份``)
     also made junk terms across word boundaries (``们最``, ``天搬``) whose high IDF drowned the
     real words; they remain the fallback when jieba finds no word of two characters (kana).
+    A character of a word counts on its own because a note often says the same thing with
+    another word sharing it (``柜子`` asked, ``衣柜`` and ``橱柜`` written; ``定做`` / ``定制``): a
+    chunk with the word holds its characters too, one with only some of them gets part of the
+    score, and IDF keeps common characters light. (jieba's words come from its Chinese
+    dictionary, so these are Chinese characters, never kana.)
     """
     words = [w for w in _jieba().cut_for_search("".join(chars)) if len(w) > 1 and w not in CJK_STOPWORDS]
-    if words:
-        return [Term(" ".join(w), identifier=False) for w in dict.fromkeys(words)]
-    return [Term(" ".join(chars[i:i + 2]), identifier=False) for i in range(max(len(chars) - 1, 1))]
+    if not words:
+        return [Term(" ".join(chars[i:i + 2]), identifier=False) for i in range(max(len(chars) - 1, 1))]
+    characters = [ch for w in words for ch in w if ch not in CJK_STOPWORDS]
+    return [Term(" ".join(w), identifier=False) for w in dict.fromkeys(words + characters)]
 
 
 @dataclass
