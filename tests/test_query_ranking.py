@@ -157,6 +157,15 @@ def test_chunks_that_touch_are_one_passage_and_the_freed_place_goes_to_the_next_
     assert chosen[0].text.split("\n")[0] == "training starts in june"  # in line order, for MMR
 
 
+def test_a_passages_text_holds_a_line_two_chunks_share_once() -> None:
+    # a chunk cut inside running text starts with the previous chunk's last lines (its overlap)
+    first = _row("memory/a.md", text="one\ntwo\nthree", lines=(1, 3))
+    second = _row("memory/a.md", text="three\nfour", lines=(3, 4))
+    (passage,) = ranking.join([2, 1], {1: first, 2: second}, 400)
+    assert (passage.ids, passage.start_line, passage.end_line) == ([2, 1], 1, 4)
+    assert passage.text == "one\ntwo\nthree\nfour"
+
+
 def test_a_passage_stops_at_max_tokens_and_passages_can_be_turned_off() -> None:
     rows = {cid: _row("memory/2026-01-10.md", text=f"part {cid}", lines=(cid * 10, cid * 10 + 9), tokens=150)
             for cid in (1, 2, 3)}

@@ -236,6 +236,7 @@ def test_neighbouring_chunks_that_both_answer_are_one_passage(workspace: Path, m
     top = together[0]
     assert top.start_line <= min(r.start_line for r in separate) and top.end_line >= max(r.end_line for r in separate)
     assert sum(1 for start, end in chunks if top.start_line <= start and end <= top.end_line) >= 2
+    assert "stayed with me" in top.snippet and "sheepskin slippers" in top.snippet  # the passage's text
     service = QueryService(joined)
     try:
         text = service.get("main", GetRequest(path=top.path, **{"from": top.start_line},

@@ -223,11 +223,11 @@ class QueryService:
         chosen = ranking.select(cands, rows, query, s.keyword.window, newest, s.min_score, s.max_results)
         results = []
         for passage in chosen:
-            c, row = cands[passage.best], rows[passage.best]
+            c, text = cands[passage.best], passage.text
             results.append(SearchResult(
                 path=passage.path, start_line=passage.start_line, end_line=passage.end_line,
-                score=round(c.fused, 4), source=row.source,
-                snippet=snippet(row.text, query_keyword.first_line(row.text, first_terms.get(passage.best))),
+                score=round(c.fused, 4), source=rows[passage.best].source,
+                snippet=snippet(text, query_keyword.first_line(text, first_terms.get(passage.best))),
                 explain=_explain(c) if s.explain else None,
             ))
         return results
@@ -364,7 +364,7 @@ def _read_lines(absolute: Path, path: str) -> list[str]:
 
 
 def snippet(text: str, first_line: int | None) -> str:
-    """At most SNIPPET_MAX_CHARS of the chunk: from its first keyword hit when the whole does not fit."""
+    """At most SNIPPET_MAX_CHARS of a result's text: from its first keyword hit when the whole does not fit."""
     if len(text) <= SNIPPET_MAX_CHARS or not first_line:
         return text[:SNIPPET_MAX_CHARS]
     lines = text.split("\n")

@@ -79,8 +79,15 @@ class Passage:
 
     @property
     def text(self) -> str:
-        """The chunks' texts in line order (what MMR compares)."""
-        return "\n".join(row.text for row in sorted(self.members, key=lambda row: row.start_line))
+        """The passage's lines, from its chunks in line order, a line that two chunks share (a
+        chunk's overlap) once: what MMR compares and the snippet is cut from."""
+        lines: list[str] = []
+        last = 0
+        for row in sorted(self.members, key=lambda row: row.start_line):
+            own = row.text.split("\n")
+            lines += own[max(last - row.start_line + 1, 0):]
+            last = max(last, row.end_line)
+        return "\n".join(lines)
 
     def touches(self, row: ChunkRow) -> bool:
         return row.path == self.path and row.start_line <= self.end_line + 1 and row.end_line >= self.start_line - 1
