@@ -31,6 +31,7 @@ from typing import Any
 
 import redis
 from rq import Queue, SimpleWorker
+from rq.defaults import DEFAULT_WORKER_TTL
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, StartedJobRegistry
@@ -49,6 +50,9 @@ from memoryd.shared.redis_server import wait_for_redis
 log = logging.getLogger("memoryd.worker")
 
 HOST = socket.gethostname()
+#: How long a worker's Redis connections wait for a reply: RQ blocks in BLPOP for up to its
+#: dequeue timeout (the worker TTL − 15 s) and wants 10 s more (``rq.Worker.connection_timeout``).
+WORKER_READ_TIMEOUT = max(1, DEFAULT_WORKER_TTL - 15) + 10
 
 
 @dataclass
@@ -288,6 +292,20 @@ class StageWorker(SimpleWorker):
         super().request_stop(signum, frame)
 
 
+def fit_read_timeout(conn: redis.Redis) -> None:
+    """Give every connection of ``conn``'s pool WORKER_READ_TIMEOUT.
+
+    RQ raises the pool's timeout for the connections made after a worker starts, not for the
+    ones already open, and redis-py 8 gives those a 5 s read timeout: a BLPOP that drew one
+    (the process's first ping, a duty thread's first call) failed after 5 s — "could not
+    connect to Redis instance", then up to 5 s of backoff with jobs waiting — every few
+    seconds in an idle indexer. The pool's connections are dropped and made anew."""
+    pool = conn.connection_pool
+    if (pool.connection_kwargs.get("socket_timeout") or 0) < WORKER_READ_TIMEOUT:
+        pool.connection_kwargs["socket_timeout"] = WORKER_READ_TIMEOUT
+        pool.reset()
+
+
 def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool = False) -> None:
     """Work ``stage``'s queues, the edit lane first, until stopped (or until they are empty, with ``burst``).
 
@@ -296,6 +314,7 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
     or RQ's bookkeeping hits it and the loop ends, the worker waits for Redis with backoff,
     requeues the job it held, and works on under the same name.
     """
+    fit_read_timeout(conn)
     queues = set_context(settings, conn).bus.lanes(stage)
     for queue in queues:
         migrate_legacy_jobs(queue, context().bus)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,18 @@ def _live(p: Pipeline) -> None:
     """Start every service and wait until the watcher has done its first reconcile."""
     p.start()
     wait_until(lambda: p.conn.hget(p.bus.key("reconciled"), AGENT), timeout=60)
+
+
+def test_idle_workers_wait_for_jobs_without_read_timeouts(pipeline: Pipeline, workspace: Path) -> None:
+    """redis-py 8 opens a connection with a 5 s read timeout and RQ blocks in BLPOP for minutes:
+    an idle indexer (its log-recovery duty on Redis every second) logged "could not connect to
+    Redis instance" every few seconds and backed off with jobs waiting (shared/worker.py
+    fit_read_timeout)."""
+    _live(pipeline)
+    time.sleep(15)  # three of the old 5 s timeouts
+    (workspace / "memory" / "2026-02-02.md").write_text("- The quokka census starts in March.\n")
+    assert wait_until(lambda: pipeline.keyword(AGENT, "quokka")) == ["memory/2026-02-02.md"]
+    assert "could not connect to Redis" not in pipeline.logs()
 
 
 def test_new_file_is_searchable(pipeline: Pipeline, workspace: Path) -> None:
