@@ -221,6 +221,14 @@ def test_a_chinese_word_counts_by_its_characters_too() -> None:
     assert keyword.evidence(query, [1.0] * len(terms), "柜子找木匠定做的。", "memory/b.md", 1, -1.0).score == 1.0
 
 
+def test_japanese_is_cut_where_the_script_changes() -> None:
+    # jieba's Chinese dictionary left this as 留期間 / 更新 / 申請: the kanji runs are the words
+    terms = [t.phrase for t in keyword.parse("在留期間の更新申請はいつ出しましたか？").terms]
+    assert terms[:2] == ["在 留 期 間", "更 新 申 請"]
+    assert {"期", "出"} <= set(terms) and not {"の", "は", "い つ"} & set(terms)  # hiragana: particles, endings
+    assert "リ リ ー ス" in {t.phrase for t in keyword.parse("KURAのリリースが延びた理由は？").terms}  # katakana
+
+
 def test_kana_without_words_falls_back_to_bigrams() -> None:
     assert [t.phrase for t in keyword.parse("さくら").terms] == ["さ く", "く ら"]
 

@@ -46,7 +46,7 @@ def default_scores(services, subset) -> dict:
 
 
 def test_the_default_call_clears_its_floors(default_scores: dict) -> None:
-    # measured: R@6 0.908, R@1 0.595, MRR 0.711, no empty answer
+    # measured: R@6 0.911, R@1 0.595, MRR 0.712, no empty answer
     assert default_scores["R@6"] >= 0.87
     assert default_scores["R@1"] >= 0.55
     assert default_scores["MRR"] >= 0.66
@@ -57,7 +57,7 @@ def test_the_default_beats_the_seeds_weighted_fusion_and_the_keyword_side(servic
                                                                             default_scores: dict) -> None:
     weighted = score(ask(services[1], subset, "weighted"))
     keyword = score(ask(services[1], subset, "keyword"))
-    # measured: 0.908 against 0.819 and 0.620
+    # measured: 0.911 against 0.819 and 0.620
     assert default_scores["R@6"] >= weighted["R@6"] + 0.06
     assert default_scores["R@6"] >= keyword["R@6"] + 0.25
     assert default_scores["empty"] < weighted["empty"]
@@ -65,8 +65,8 @@ def test_the_default_beats_the_seeds_weighted_fusion_and_the_keyword_side(servic
 
 def test_chinese_and_japanese_questions(services, subset) -> None:
     cjk = score(ask(services[0], [q for q in subset if q.kind == "cjk"]))
-    # measured 0.859 (55 of 64; 0.766 before a word's characters counted on their own)
-    assert cjk["R@6"] >= 0.80
+    # measured 0.875 (56 of 64; 0.766 before a word's characters counted on their own)
+    assert cjk["R@6"] >= 0.82
     assert cjk["empty"] == 0
 
 

@@ -69,6 +69,10 @@ MIN_PATH_FRAGMENT = 4
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK_TOKEN = re.compile(f"^[{fts.CJK}]$")
+_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_KANA = re.compile("[\u3040-\u30ff\uff66-\uff9f]")
+#: A Japanese word: a run of kanji, or of katakana (with its long-vowel mark).
+_JAPANESE_WORD = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[\u30a0-\u30ff\uff66-\uff9f]+")
 #: A query word that can name a file: letters/digits joined by - _ . / (a date, a version, a path).
 _PATHLIKE = re.compile(r"[0-9A-Za-z]+(?:[-_./][0-9A-Za-z]+)+")
 
@@ -184,24 +188,31 @@ def _jieba() -> Any:
 
 
 def cjk_terms(chars: list[str]) -> list[Term]:
-    """A CJK run's terms: the words jieba finds in it (``cut_for_search``: a long word and its
-    parts), each a phrase of its characters, without function words; then the characters of
-    those words, each a term of its own.
+    """A CJK run's terms: its words, each a phrase of its characters, without function words;
+    then the Chinese characters of those words, each a term of its own.
 
     The index stores every CJK character as a token, so a word is found wherever its
-    characters stand together. Overlapping bigrams (``数据库备份`` → ``数据 据库 库备 备份``)
-    also made junk terms across word boundaries (``们最``, ``天搬``) whose high IDF drowned the
-    real words; they remain the fallback when jieba finds no word of two characters (kana).
+    characters stand together. Chinese words are jieba's (``cut_for_search``: a long word and
+    its parts). Japanese (a run with kana) is cut where the script changes: its kanji runs and
+    katakana runs are the words, the hiragana between them particles and endings (jieba's
+    dictionary is Chinese: it left ``在留期間の更新申請`` as single characters). Overlapping
+    bigrams (``数据库备份`` → ``数据 据库 库备 备份``) also made junk terms across word boundaries
+    (``们最``, ``天搬``) whose high IDF drowned the real words; they remain the fallback when no
+    word is found (a run of hiragana alone).
     A character of a word counts on its own because a note often says the same thing with
     another word sharing it (``柜子`` asked, ``衣柜`` and ``橱柜`` written; ``定做`` / ``定制``): a
     chunk with the word holds its characters too, one with only some of them gets part of the
-    score, and IDF keeps common characters light. (jieba's words come from its Chinese
-    dictionary, so these are Chinese characters, never kana.)
+    score, and IDF keeps common characters light.
     """
-    words = [w for w in _jieba().cut_for_search("".join(chars)) if len(w) > 1 and w not in CJK_STOPWORDS]
-    if not words:
+    run = "".join(chars)
+    if _KANA.search(run):
+        pieces = [w for w in _JAPANESE_WORD.findall(run) if w not in CJK_STOPWORDS]
+        words = [w for w in pieces if len(w) > 1]
+    else:
+        pieces = words = [w for w in _jieba().cut_for_search(run) if len(w) > 1 and w not in CJK_STOPWORDS]
+    characters = [ch for w in pieces for ch in w if _HAN.match(ch) and ch not in CJK_STOPWORDS]
+    if not words and not characters:
         return [Term(" ".join(chars[i:i + 2]), identifier=False) for i in range(max(len(chars) - 1, 1))]
-    characters = [ch for w in words for ch in w if ch not in CJK_STOPWORDS]
     return [Term(" ".join(w), identifier=False) for w in dict.fromkeys(words + characters)]
 
 
