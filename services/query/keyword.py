@@ -195,7 +195,7 @@ def cjk_terms(chars: list[str]) -> list[Term]:
     characters stand together. Chinese words are jieba's (``cut_for_search``: a long word and
     its parts). Japanese (a run with kana) is cut where the script changes: its kanji runs and
     katakana runs are the words, the hiragana between them particles and endings (jieba's
-    dictionary is Chinese: it left ``在留期間の更新申請`` as single characters). Overlapping
+    dictionary is Chinese: it cut ``在留期間の更新申請`` into ``留期間``, ``更新``, ``申請``). Overlapping
     bigrams (``数据库备份`` → ``数据 据库 库备 备份``) also made junk terms across word boundaries
     (``们最``, ``天搬``) whose high IDF drowned the real words; they remain the fallback when no
     word is found (a run of hiragana alone).
