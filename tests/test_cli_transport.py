@@ -3,11 +3,14 @@ otherwise, loading only what the request needs; ``memoryd --help`` imports nothi
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 from typing import get_args
@@ -16,7 +19,7 @@ import pytest
 from retrieval_set import build
 from support import wait_until
 
-from memoryd.services.cli import app
+from memoryd.services.cli import app, remote
 from memoryd.services.cli import query as cli_query
 from memoryd.services.query.models import Fusion
 from memoryd.shared import locate
@@ -127,6 +130,51 @@ def test_a_stale_or_silent_address_file_is_ignored(settings: Settings) -> None:
         out, report = cli(settings, "search", "E-404", "--json")
         assert report["code"] == 0 and json.loads(out.stdout)["results"], out.stderr
     announced.unlink()
+
+
+def _announce(settings: Settings, port: int) -> Path:
+    announced = settings.state_dir / locate.SERVER_FILE
+    announced.write_text(json.dumps({"url": f"http://127.0.0.1:{port}", "pid": os.getpid(),
+                                     "config": settings.source_file}))
+    return announced
+
+
+def test_a_server_that_does_not_accept_is_given_up_after_the_connect_timeout(settings: Settings) -> None:
+    """A listening socket whose backlog is full drops new connections: without remote.CONNECT_TIMEOUT
+    the CLI would wait for the kernel's SYN retries (~2 minutes, past this test's 120 s)."""
+    with socket.socket() as listener, socket.socket() as first:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        first.connect(listener.getsockname())  # fills the backlog; nothing is ever accepted
+        announced = _announce(settings, listener.getsockname()[1])
+        try:
+            out, report = cli(settings, "search", "E-404", "--json")
+        finally:
+            announced.unlink()
+    assert report["code"] == 0 and json.loads(out.stdout)["results"], out.stderr  # answered in-process
+
+
+def test_a_server_that_accepts_and_never_answers_is_given_up_after_the_answer_timeout(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """remote.ANSWER_TIMEOUT (300 s: a first search loads an agent's index) ends the wait on a server
+    that took the request and went silent; shortened here, the real socket times out."""
+    monkeypatch.setattr(remote, "ANSWER_TIMEOUT", 0.5)
+    accepted: list[socket.socket] = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        holder = threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True)
+        holder.start()
+        announced = _announce(settings, listener.getsockname()[1])
+        args = argparse.Namespace(config=settings.source_file, state_dir=str(settings.state_dir), agent="main")
+        try:
+            assert remote.ask(args, "memory_search", {"query": "E-404"}) is None  # → answered in-process
+        finally:
+            announced.unlink()
+            holder.join(timeout=5)
+            for conn in accepted:
+                conn.close()
+    assert accepted  # the server did take the request
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:36129", "http://[::1]:8080", "http://localhost:1/ignored"])
