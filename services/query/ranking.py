@@ -178,13 +178,17 @@ def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
 def join(ids: Sequence[int], rows: Mapping[int, ChunkRow], max_tokens: int) -> list[Passage]:
     """The chunks ``ids`` (best first) as passages, in the order of their best chunk: each chunk
     joins the first passage it touches that has room for it (``max_tokens``; 0 joins nothing),
-    else starts its own."""
+    else starts its own. Only the passages of the chunk's own file are looked at."""
     passages: list[Passage] = []
+    by_path: dict[str, list[Passage]] = {}
     for cid in ids:
         row = rows[cid]
-        home = next((p for p in passages if p.tokens + row.tokens <= max_tokens and p.touches(row)), None)
+        same_file = by_path.setdefault(row.path, [])
+        home = next((p for p in same_file if p.tokens + row.tokens <= max_tokens and p.touches(row)), None)
         if home is None:
-            passages.append(Passage.of(cid, row))
+            home = Passage.of(cid, row)
+            passages.append(home)
+            same_file.append(home)
         else:
             home.add(cid, row)
     return passages
