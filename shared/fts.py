@@ -15,15 +15,14 @@ import re
 #: Bumped whenever segmentation changes: it is part of the index fingerprint.
 FTS_TOKENIZER = "unicode61+cjk1"
 
-#: The character ranges segmented one character per token (a regex class body).
-CJK = (
-    "\u3040-\u30ff"  # Hiragana, Katakana
-    "\u3400-\u4dbf"  # CJK Extension A
-    "\u4e00-\u9fff"  # CJK Unified Ideographs
-    "\uf900-\ufaff"  # CJK Compatibility Ideographs
-    "\uac00-\ud7af"  # Hangul syllables
-    "\uff66-\uff9f"  # half-width Katakana
-)
+#: Chinese characters (kanji): CJK Extension A, Unified and Compatibility Ideographs (regex class bodies).
+HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+#: Katakana, full- and half-width (the long-vowel mark ー included).
+KATAKANA = "\u30a0-\u30ff\uff66-\uff9f"
+#: Hiragana and katakana.
+KANA = "\u3040-\u309f" + KATAKANA
+#: The character ranges segmented one character per token: kana, Chinese characters, Hangul syllables.
+CJK = KANA + HAN + "\uac00-\ud7af"
 _CJK_CHAR = re.compile(f"([{CJK}])")
 _CJK_RUN = re.compile(f"[{CJK}]+")
 #: What unicode61 keeps as token characters (letters, digits); everything else separates.

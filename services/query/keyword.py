@@ -69,10 +69,10 @@ MIN_PATH_FRAGMENT = 4
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK_TOKEN = re.compile(f"^[{fts.CJK}]$")
-_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_KANA = re.compile("[\u3040-\u30ff\uff66-\uff9f]")
+_HAN = re.compile(f"[{fts.HAN}]")
+_KANA = re.compile(f"[{fts.KANA}]")
 #: A Japanese word: a run of kanji, or of katakana (with its long-vowel mark).
-_JAPANESE_WORD = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[\u30a0-\u30ff\uff66-\uff9f]+")
+_JAPANESE_WORD = re.compile(f"[{fts.HAN}]+|[{fts.KATAKANA}]+")
 #: A query word that can name a file: letters/digits joined by - _ . / (a date, a version, a path).
 _PATHLIKE = re.compile(r"[0-9A-Za-z]+(?:[-_./][0-9A-Za-z]+)+")
 
