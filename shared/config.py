@@ -97,10 +97,12 @@ class SourceBalanceSettings(_Model):
 
 
 class PassageSettings(_Model):
-    """Chunks of one file that touch and both answer are one result, up to ``max_tokens``."""
+    """Chunks of one file that touch and both answer are one result, up to ``max_tokens``; with
+    ``widen``, a result is then filled up to ``max_tokens`` with the chunks around it."""
 
     enabled: bool = d.PASSAGES_ENABLED
     max_tokens: int = Field(d.PASSAGE_MAX_TOKENS, ge=0, le=8000)
+    widen: bool = d.PASSAGES_WIDEN
 
 
 class QuerySettings(_Model):

@@ -10,8 +10,10 @@ A result *hits* a question when its path is one of the expected paths and its li
 holds that expected line. recall@k = share of questions with a hit among the first k
 results (R@1/3/6 from a call with maxResults 6, the default an agent gets; R@10 from a
 call with maxResults 10); MRR over the maxResults-6 call; ``empty`` = answerable
-questions that got no result at all. Used by bench/retrieval.py (the tables) and
-tests/test_query_retrieval.py (the asserts on a fast subset).
+questions that got no result at all; ``lines/result`` = the mean lines a result of the
+maxResults-6 call spans (a wider result holds more answers, and costs the agent more to
+read). Used by bench/retrieval.py (the tables) and tests/test_query_retrieval.py (the
+asserts on a fast subset).
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ class Outcome:
     rank: int | None  # first hit in the maxResults-6 answer
     rank10: int | None  # first hit in the maxResults-10 answer
     returned: int  # results of the maxResults-6 answer
+    lines: int  # lines the maxResults-6 answer's results span, together
 
 
 def ask(service: QueryService, qs: Iterable[Question], fusion: str | None = None,
@@ -125,12 +128,14 @@ def ask(service: QueryService, qs: Iterable[Question], fusion: str | None = None
     for q in qs:
         six = service.search(q.ws, SearchRequest(query=q.q, fusion=fusion, max_results=6, **request)).results
         ten = service.search(q.ws, SearchRequest(query=q.q, fusion=fusion, max_results=10, **request)).results
-        out.append(Outcome(q, hit_rank(six, q), hit_rank(ten, q), len(six)))
+        spans = sum(r.end_line - r.start_line + 1 for r in six)
+        out.append(Outcome(q, hit_rank(six, q), hit_rank(ten, q), len(six), spans))
     return out
 
 
 def score(outcomes: list[Outcome]) -> dict[str, float | int]:
-    """R@1/3/6/10, MRR, empty answers and the question count of some outcomes."""
+    """R@1/3/6/10, MRR, empty answers, the mean lines of a result (what an agent reads) and the
+    question count of some outcomes."""
     n = len(outcomes) or 1
     out: dict[str, float | int] = {"n": len(outcomes)}
     for k in KS:
@@ -138,6 +143,7 @@ def score(outcomes: list[Outcome]) -> dict[str, float | int]:
         out[f"R@{k}"] = round(sum(1 for r in ranks if r is not None and r <= k) / n, 3)
     out["MRR"] = round(sum(1.0 / o.rank for o in outcomes if o.rank) / n, 3)
     out["empty"] = sum(1 for o in outcomes if o.returned == 0)
+    out["lines/result"] = round(sum(o.lines for o in outcomes) / max(sum(o.returned for o in outcomes), 1), 1)
     return out
 
 

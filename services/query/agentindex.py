@@ -103,6 +103,13 @@ class AgentIndex:
         )
         return {r[0]: ChunkRow(*r[1:]) for r in rows}
 
+    def around(self, path: str, start_line: int, end_line: int) -> dict[int, ChunkRow]:
+        """id → row of the chunks of ``path`` holding a line of ``start_line − 1 .. end_line + 1``."""
+        rows = self.conn.execute(
+            "SELECT id, path, source, start_line, end_line, text, tokens FROM chunks"
+            " WHERE path = ? AND start_line <= ? AND end_line >= ?", (path, end_line + 1, start_line - 1))
+        return {r[0]: ChunkRow(*r[1:]) for r in rows}
+
     def chunk_count(self) -> int:
         """Chunks in the index now, without loading its vectors."""
         with self.lock:

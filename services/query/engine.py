@@ -203,14 +203,15 @@ class QueryService:
             _evidence(side, s.keyword, newcomers)
         decays = s.agent.memory_search.query.temporal_decay.enabled
         newest = index.keyword.newest_date() if index.keyword and decays else None  # read per write: only when used
-        results = self._score(cands, side.rows, side.first_terms, s, text_side, vectors.query is not None, newest)
+        results = self._score(index, cands, side.rows, side.first_terms, s, text_side, vectors.query is not None,
+                              newest)
         return results, vectors, text_side
 
-    def _score(self, cands: dict[int, fusion.Candidate], rows: dict[int, ranking.ChunkRow],
+    def _score(self, index: AgentIndex, cands: dict[int, fusion.Candidate], rows: dict[int, ranking.ChunkRow],
                first_terms: dict[int, query_keyword.Term | None], s: _Search, text_side: bool,
                vector_side: bool, newest: dt.date | None) -> list[SearchResult]:
-        """Fuse every candidate's scores, rank (services/query/ranking.py); build results (snippets)
-        only for the ones returned."""
+        """Fuse every candidate's scores, rank and widen (services/query/ranking.py); build results
+        (snippets) only for the ones returned."""
         query = s.agent.memory_search.query
         sides = int(text_side) + int(vector_side)
         for c in cands.values():
@@ -221,6 +222,8 @@ class QueryService:
             else:
                 c.fused = fusion.calibrated_rrf(c, sides, s.anchors)
         chosen = ranking.select(cands, rows, query, s.keyword.window, newest, s.min_score, s.max_results)
+        if query.passages.enabled and query.passages.widen:
+            ranking.widen(chosen, index.around, query.passages.max_tokens)
         results = []
         for passage in chosen:
             c, text = cands[passage.best], passage.text

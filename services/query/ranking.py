@@ -19,6 +19,11 @@ Each step is a small pure function over fused candidates, so each can be measure
   (400, the chunk size of the seed): the chunker cuts short chunks where the text picks (so an
   edit re-embeds one or two), and two neighbours that both answer are one stretch of memory to
   read, not two results. The freed place goes to the next answer.
+- **widening**: each result is then filled up to ``passages.maxTokens`` with the chunks of its
+  file around it, the next one and the one before in turn (a chunk of another result is never
+  taken): the question's words and its answer often sit in neighbouring chunks ("change of
+  plan for Christmas" | "they're all coming here to Ludlow"), and the seed's 400-token chunk
+  would have held both.
 - **MMR** (maximal marginal relevance, Carbonell & Goldstein): the results are picked one
   by one, each maximising ``λ × score − (1 − λ) × (highest similarity to one already
   picked)``; similarity is the Jaccard overlap of the chunks' word sets (no vectors
@@ -192,6 +197,29 @@ def join(ids: Sequence[int], rows: Mapping[int, ChunkRow], max_tokens: int) -> l
         else:
             home.add(cid, row)
     return passages
+
+
+def widen(passages: Sequence[Passage], around: Callable[[str, int, int], Mapping[int, ChunkRow]],
+          max_tokens: int) -> None:
+    """Fill each passage up to ``max_tokens`` with the chunks of its file that touch it (``around``:
+    path, first line, last line → those chunks), the next one then the one before, in turn; a chunk
+    of another passage is never taken."""
+    taken = {cid for passage in passages for cid in passage.ids}
+    for passage in passages:
+        grew = True
+        while grew:
+            near = [(cid, row) for cid, row in around(passage.path, passage.start_line, passage.end_line).items()
+                    if cid not in taken and passage.tokens + row.tokens <= max_tokens]
+            after = min((n for n in near if n[1].end_line > passage.end_line), key=lambda n: n[1].start_line,
+                        default=None)
+            before = max((n for n in near if n[1].start_line < passage.start_line), key=lambda n: n[1].end_line,
+                         default=None)
+            grew = False
+            for cid, row in (n for n in (after, before) if n is not None):
+                if passage.tokens + row.tokens <= max_tokens:
+                    passage.add(cid, row)
+                    taken.add(cid)
+                    grew = True
 
 
 def select(cands: Mapping[int, Candidate], rows: Mapping[int, ChunkRow], query: QuerySettings,
