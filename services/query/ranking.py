@@ -1,6 +1,7 @@
-"""What memory_search does after fusion: date windows, source balance, temporal decay, MMR.
+"""What memory_search does after fusion: date windows, source balance, temporal decay, MMR, widening.
 
-Each step is a small pure function over fused candidates, so each can be measured alone
+Each step is a small function over fused candidates — pure, but for widening, which reads the
+chunks around a result through the function it is given — so each can be measured alone
 (bench/retrieval.py ``--set``) and tested alone (tests/test_query_ranking.py):
 
 - **dates**: a file's date is the ISO date its *name* starts with (``memory/2026-01-20.md``,
@@ -19,16 +20,16 @@ Each step is a small pure function over fused candidates, so each can be measure
   (400, the chunk size of the seed): the chunker cuts short chunks where the text picks (so an
   edit re-embeds one or two), and two neighbours that both answer are one stretch of memory to
   read, not two results. The freed place goes to the next answer.
-- **widening**: each result is then filled up to ``passages.maxTokens`` with the chunks of its
-  file around it, the next one and the one before in turn (a chunk of another result is never
-  taken): the question's words and its answer often sit in neighbouring chunks ("change of
-  plan for Christmas" | "they're all coming here to Ludlow"), and the seed's 400-token chunk
-  would have held both.
 - **MMR** (maximal marginal relevance, Carbonell & Goldstein): the results are picked one
   by one, each maximising ``λ × score − (1 − λ) × (highest similarity to one already
   picked)``; similarity is the Jaccard overlap of the chunks' word sets (no vectors
   needed, so it works in keyword-only answers too), a passage's words those of its chunks.
   The picked results are returned in score order.
+- **widening** (after MMR, on the picked results): each is filled up to ``passages.maxTokens``
+  with the chunks of its file around it, the next one and the one before in turn (a chunk of
+  another result is never taken): the question's words and its answer often sit in
+  neighbouring chunks ("change of plan for Christmas" | "they're all coming here to Ludlow"),
+  and the seed's 400-token chunk would have held both.
 """
 
 from __future__ import annotations
