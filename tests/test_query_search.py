@@ -52,6 +52,35 @@ def search(service: QueryService, query: str, **kw: object):
     return service.search("main", SearchRequest(query=query, **kw))
 
 
+def chunk_spans(settings: Settings, path: str) -> list[tuple[int, int]]:
+    """(start_line, end_line) of each chunk of ``path`` in the main agent's index, in line order."""
+    writer = IndexWriter(settings.index_path("main"))
+    try:
+        return writer.conn.execute("SELECT start_line, end_line FROM chunks WHERE path = ? ORDER BY start_line",
+                                   (path,)).fetchall()
+    finally:
+        writer.close()
+
+
+def keyword_results(settings: Settings, query: str) -> list:
+    """The main agent's keyword-only results for ``query``, from a service of its own."""
+    service = QueryService(settings)
+    try:
+        return search(service, query, fusion="keyword").results
+    finally:
+        service.close()
+
+
+def read_lines(settings: Settings, result) -> str:
+    """What memory_get returns for a result's lines."""
+    service = QueryService(settings)
+    try:
+        return service.get("main", GetRequest(path=result.path, **{"from": result.start_line},
+                                              lines=result.end_line - result.start_line + 1)).text
+    finally:
+        service.close()
+
+
 def test_the_answer_is_spec_shaped(corpus) -> None:
     settings, service = corpus
     answer = dump(search(service, "REST or GraphQL for the public API"))
@@ -216,34 +245,18 @@ def test_neighbouring_chunks_that_both_answer_are_one_passage(workspace: Path, m
     joined, _ = make_settings(workspace, chunking={"tokens": 32, "overlap": 0}, query={"passages": {"widen": False}})
     index_now(joined, "main")
     apart, _ = make_settings(workspace, chunking={"tokens": 32, "overlap": 0}, query={"passages": {"enabled": False}})
-    writer = IndexWriter(joined.index_path("main"))
-    chunks = writer.conn.execute("SELECT start_line, end_line FROM chunks WHERE path = ? ORDER BY start_line",
-                                 ("memory/2026-03-29.md",)).fetchall()
-    writer.close()
+    chunks = chunk_spans(joined, "memory/2026-03-29.md")
     assert len(chunks) >= 3  # the note really is several small chunks
-
-    def ask(settings: Settings) -> list:
-        service = QueryService(settings)
-        try:
-            return service.search("main", SearchRequest(query="what did Biscuit chew while staying with Maureen?",
-                                                         fusion="keyword")).results
-        finally:
-            service.close()
-
-    separate = [r for r in ask(apart) if r.path == "memory/2026-03-29.md"]
-    together = [r for r in ask(joined) if r.path == "memory/2026-03-29.md"]
+    question = "what did Biscuit chew while staying with Maureen?"
+    separate = [r for r in keyword_results(apart, question) if r.path == "memory/2026-03-29.md"]
+    together = [r for r in keyword_results(joined, question) if r.path == "memory/2026-03-29.md"]
     assert len(separate) >= 2 and all((r.start_line, r.end_line) in chunks for r in separate)
     assert len(together) < len(separate)
     top = together[0]
     assert top.start_line <= min(r.start_line for r in separate) and top.end_line >= max(r.end_line for r in separate)
     assert sum(1 for start, end in chunks if top.start_line <= start and end <= top.end_line) >= 2
     assert "stayed with me" in top.snippet and "sheepskin slippers" in top.snippet  # the passage's text
-    service = QueryService(joined)
-    try:
-        text = service.get("main", GetRequest(path=top.path, **{"from": top.start_line},
-                                              lines=top.end_line - top.start_line + 1)).text
-    finally:
-        service.close()
+    text = read_lines(joined, top)
     assert "stayed with me" in text and "sheepskin slippers" in text
 
 
@@ -259,30 +272,15 @@ def test_a_result_is_widened_to_the_chunk_after_it_that_holds_the_answer(workspa
     widened, _ = make_settings(workspace, chunking={"tokens": 32, "overlap": 0})
     index_now(widened, "main")
     narrow, _ = make_settings(workspace, chunking={"tokens": 32, "overlap": 0}, query={"passages": {"widen": False}})
-    writer = IndexWriter(widened.index_path("main"))
-    chunks = writer.conn.execute("SELECT start_line, end_line FROM chunks WHERE path = ? ORDER BY start_line",
-                                 ("memory/2026-11-15.md",)).fetchall()
-    writer.close()
     christmas, ludlow = 2, 3
+    chunks = chunk_spans(widened, "memory/2026-11-15.md")
     assert not any(start <= christmas and ludlow <= end for start, end in chunks)  # two chunks
-
-    def ask(settings: Settings) -> list:
-        service = QueryService(settings)
-        try:
-            return service.search("main", SearchRequest(query="what is the plan for Christmas?",
-                                                         fusion="keyword")).results
-        finally:
-            service.close()
-
-    assert not any(r.path == "memory/2026-11-15.md" and r.start_line <= ludlow <= r.end_line for r in ask(narrow))
-    top = ask(widened)[0]
+    question = "what is the plan for Christmas?"
+    assert not any(r.path == "memory/2026-11-15.md" and r.start_line <= ludlow <= r.end_line
+                   for r in keyword_results(narrow, question))
+    top = keyword_results(widened, question)[0]
     assert top.path == "memory/2026-11-15.md" and top.start_line <= christmas and ludlow <= top.end_line
-    service = QueryService(widened)
-    try:
-        text = service.get("main", GetRequest(path=top.path, **{"from": top.start_line},
-                                              lines=top.end_line - top.start_line + 1)).text
-    finally:
-        service.close()
+    text = read_lines(widened, top)
     assert "Christmas" in text and "Ludlow" in text
 
 
