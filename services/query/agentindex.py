@@ -98,16 +98,16 @@ class AgentIndex:
         if not ids:
             return {}
         marks = ",".join("?" * len(ids))
-        rows = self.conn.execute(
-            f"SELECT id, path, source, start_line, end_line, text, tokens FROM chunks WHERE id IN ({marks})", ids
-        )
-        return {r[0]: ChunkRow(*r[1:]) for r in rows}
+        return self._rows(f"id IN ({marks})", ids)
 
     def around(self, path: str, start_line: int, end_line: int) -> dict[int, ChunkRow]:
         """id → row of the chunks of ``path`` holding a line of ``start_line − 1 .. end_line + 1``."""
+        return self._rows("path = ? AND start_line <= ? AND end_line >= ?", (path, end_line + 1, start_line - 1))
+
+    def _rows(self, where: str, params: Any) -> dict[int, ChunkRow]:
+        """id → row of the chunks matching ``where`` (an SQL condition with ``params``)."""
         rows = self.conn.execute(
-            "SELECT id, path, source, start_line, end_line, text, tokens FROM chunks"
-            " WHERE path = ? AND start_line <= ? AND end_line >= ?", (path, end_line + 1, start_line - 1))
+            f"SELECT id, path, source, start_line, end_line, text, tokens FROM chunks WHERE {where}", params)
         return {r[0]: ChunkRow(*r[1:]) for r in rows}
 
     def chunk_count(self) -> int:
