@@ -121,22 +121,21 @@ def test_search_and_get_go_to_a_running_server_then_fall_back(settings: Settings
     assert report["code"] == app.EXIT_CONFIG  # in-process, so the broken environment counts
 
 
-def test_a_stale_or_silent_address_file_is_ignored(settings: Settings) -> None:
+def _announce(settings: Settings, port: int, pid: int | None = None) -> Path:
+    """The address file a running server writes, naming ``port`` (and ``pid``, this process by default)."""
     announced = settings.state_dir / locate.SERVER_FILE
+    announced.write_text(json.dumps({"url": f"http://127.0.0.1:{port}", "pid": pid or os.getpid(),
+                                     "config": settings.source_file}))
+    return announced
+
+
+def test_a_stale_or_silent_address_file_is_ignored(settings: Settings) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     for pid, port in ((int(dead.stdout), 9), (os.getpid(), 9)):  # a dead server; a live pid, nothing listening
-        announced.write_text(json.dumps({"url": f"http://127.0.0.1:{port}", "pid": pid,
-                                         "config": settings.source_file}))
+        announced = _announce(settings, port, pid)
         out, report = cli(settings, "search", "E-404", "--json")
         assert report["code"] == 0 and json.loads(out.stdout)["results"], out.stderr
     announced.unlink()
-
-
-def _announce(settings: Settings, port: int) -> Path:
-    announced = settings.state_dir / locate.SERVER_FILE
-    announced.write_text(json.dumps({"url": f"http://127.0.0.1:{port}", "pid": os.getpid(),
-                                     "config": settings.source_file}))
-    return announced
 
 
 def test_a_server_that_does_not_accept_is_given_up_after_the_connect_timeout(settings: Settings) -> None:
