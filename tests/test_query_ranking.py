@@ -178,10 +178,10 @@ def test_a_passage_stops_at_max_tokens_and_passages_can_be_turned_off() -> None:
 
 
 def _around(rows: dict[int, ranking.ChunkRow]):
-    """What AgentIndex.around answers, over ``rows``."""
+    """What AgentIndex.around answers, over ``rows``: the rows a passage of those lines touches."""
     def around(path: str, start: int, end: int) -> dict[int, ranking.ChunkRow]:
-        return {cid: r for cid, r in rows.items()
-                if r.path == path and r.start_line <= end + 1 and r.end_line >= start - 1}
+        span = ranking.Passage([], path, start, end, 0)
+        return {cid: r for cid, r in rows.items() if span.touches(r)}
     return around
 
 
