@@ -41,14 +41,15 @@ import psutil
 import redis as redis_client
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # tests/inline_index.py: the pipeline in one process
 
-from memoryd.shared.bus import Bus  # noqa: E402
-from memoryd.shared.config import Settings, load_settings  # noqa: E402
+from inline_index import index_now  # noqa: E402
+
+from memoryd.shared.config.settings import Settings, load_settings  # noqa: E402
 from memoryd.shared.exceptions import IndexMissing  # noqa: E402
-from memoryd.shared.indexing import index_now  # noqa: E402
-from memoryd.shared.redis_server import start_private_redis  # noqa: E402
-from memoryd.shared.store import IndexReader  # noqa: E402
+from memoryd.shared.index.store import IndexReader  # noqa: E402
+from memoryd.shared.runtime.bus import Bus  # noqa: E402
+from memoryd.shared.runtime.redis_server import start_private_redis  # noqa: E402
 
 SERVICES = {"watcher": ["watcher"], "chunker": ["worker", "chunk"], "embedder": ["worker", "embed"],
             "indexer": ["worker", "index"], "query": ["serve"]}

@@ -15,7 +15,7 @@ appended, and the new version written over the old:
 - ``rows_rewritten_keyed_by_lines``: what the seed's store, which matched rows by (hash,
   lines), rewrote for the same chunks (a moved row was deleted and inserted).
 
-Each for the anchored chunker (shared/chunking.py) and the seed's fixed windows (reproduced
+Each for the anchored chunker (shared/index/chunking.py) and the seed's fixed windows (reproduced
 below as the baseline), both at the default 400/80 tokens.
 """
 
@@ -34,11 +34,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from memoryd.shared.chunking import Chunker, encoding, sha256_text  # noqa: E402
-from memoryd.shared.config import load_settings  # noqa: E402
+from memoryd.shared.config.settings import load_settings  # noqa: E402
+from memoryd.shared.embed.providers import HashProvider  # noqa: E402
 from memoryd.shared.events import ChunkData  # noqa: E402
-from memoryd.shared.providers import HashProvider  # noqa: E402
-from memoryd.shared.store import IndexWriter  # noqa: E402
+from memoryd.shared.index.chunking import Chunker, encoding, sha256_text  # noqa: E402
+from memoryd.shared.index.store import IndexWriter  # noqa: E402
 
 LINES = 2000
 

@@ -5,7 +5,7 @@
 - bulk throughput in chunks/s with the local model, with the no-op embedder
   (``provider: none``: the embed stage runs, nothing is embedded — the pipeline's own
   overhead) and with the cheap ``hash`` embedder (the same plus writing vectors), each
-  next to the same work done in one process without Redis (``memoryd.shared.indexing``) in the
+  next to the same work done in one process without Redis (``tests/inline_index.py``) in the
   same run: the ratio is the cost of the queues and processes;
 - embeddings on an unchanged re-scan (goal 0);
 - ``index_local``: `memoryd index` of 300 notes with the local model and no workers running
@@ -32,18 +32,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # tests/inline_index.py: the pipeline in one process
 
 import edits  # noqa: E402 - bench/edits.py, beside this script
 import redis as redis_client  # noqa: E402
+from inline_index import index_now  # noqa: E402
 from rq import SimpleWorker  # noqa: E402
 
-from memoryd.shared.bus import Bus  # noqa: E402
-from memoryd.shared.config import load_settings  # noqa: E402
-from memoryd.shared.fts import match_expression, query_terms  # noqa: E402
-from memoryd.shared.indexing import index_now  # noqa: E402
-from memoryd.shared.redis_server import start_private_redis  # noqa: E402
-from memoryd.shared.store import IndexReader  # noqa: E402
+from memoryd.shared.config.settings import load_settings  # noqa: E402
+from memoryd.shared.index.fts import match_expression, query_terms  # noqa: E402
+from memoryd.shared.index.store import IndexReader  # noqa: E402
+from memoryd.shared.runtime.bus import Bus  # noqa: E402
+from memoryd.shared.runtime.redis_server import start_private_redis  # noqa: E402
 
 WORKERS = [["worker", "chunk"], ["worker", "embed"], ["worker", "index"]]
 
@@ -151,8 +151,8 @@ def _peak_rss(proc: subprocess.Popen[bytes]) -> int:
 
 _MODEL_RSS = """
 import json, resource, sys
-from memoryd.shared.config import LocalSettings
-from memoryd.shared.providers import LocalProvider
+from memoryd.shared.config.settings import LocalSettings
+from memoryd.shared.embed.providers import LocalProvider
 texts = json.load(open(sys.argv[1]))
 LocalProvider(LocalSettings(batch_size=int(sys.argv[2]))).embed_chunks(texts)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
@@ -173,8 +173,8 @@ def index_local(tmp: Path, redis: str, files: int, lines: int) -> dict:
     stages itself), against the same model encoding the same chunk texts in this process."""
     import resource
 
-    from memoryd.shared import providers
-    from memoryd.shared.chunking import Chunker
+    from memoryd.shared.embed import providers
+    from memoryd.shared.index.chunking import Chunker
 
     name = "index-local"
     workspace = tmp / name

@@ -46,14 +46,15 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 import realvectors  # noqa: E402
 
 from memoryd.services.query.vectors import VectorIndex, single_blas_thread  # noqa: E402
-from memoryd.shared import providers, sqlitedb  # noqa: E402
-from memoryd.shared.config import LocalSettings  # noqa: E402
+from memoryd.shared.config.settings import LocalSettings  # noqa: E402
+from memoryd.shared.embed import providers  # noqa: E402
 from memoryd.shared.events import ChunkData  # noqa: E402
-from memoryd.shared.fts import segment  # noqa: E402
-from memoryd.shared.indexvectors import META_VECTORS_UID  # noqa: E402
-from memoryd.shared.store import META_EMBEDDER, META_GENERATION, IndexWriter  # noqa: E402
-from memoryd.shared.vecfile import vec_path  # noqa: E402
-from memoryd.shared.vecwriter import Rows, VecWriter  # noqa: E402
+from memoryd.shared.index import sqlitedb  # noqa: E402
+from memoryd.shared.index.fts import segment  # noqa: E402
+from memoryd.shared.index.indexvectors import META_VECTORS_UID  # noqa: E402
+from memoryd.shared.index.store import META_EMBEDDER, META_GENERATION, IndexWriter  # noqa: E402
+from memoryd.shared.index.vecfile import vec_path  # noqa: E402
+from memoryd.shared.index.vecwriter import Rows, VecWriter  # noqa: E402
 
 DIMS = 384
 VOCABULARY = 20_000
@@ -198,7 +199,7 @@ def cold_start(state: Path) -> float:
 def probe(state: Path, n_queries: int) -> dict:
     from memoryd.services.query.engine import QueryService
     from memoryd.services.query.models import SearchRequest
-    from memoryd.shared.config import load_settings
+    from memoryd.shared.config.settings import load_settings
 
     settings = load_settings(state / "memoryd.json", state_dir=state)
     service = QueryService(settings)

@@ -3,7 +3,7 @@
 Texts: every line and paragraph of the repository's docs and test fixtures (daily notes,
 knowledge-base files), the docstrings of Python's standard library split into paragraphs
 and sentences — real English prose and notes, not random vectors. Embedded with the local
-provider (``memoryd.shared.providers`` ``local``); the matrix is cached under the cache dir
+provider (``memoryd.shared.embed.providers`` ``local``); the matrix is cached under the cache dir
 by a hash of the texts and the embedder, so only the first run pays (~8 minutes here).
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from memoryd.shared.config import LocalSettings
-from memoryd.shared.providers import LocalProvider, local_embedder
+from memoryd.shared.config.settings import LocalSettings
+from memoryd.shared.embed.providers import LocalProvider, local_embedder
 
 REPO = Path(__file__).resolve().parent.parent
 

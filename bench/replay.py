@@ -27,17 +27,19 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # tests/inline_index.py: the pipeline in one process
 
-from memoryd.shared import providers  # noqa: E402
-from memoryd.shared.chunking import chunk_file  # noqa: E402
-from memoryd.shared.config import Settings, load_settings  # noqa: E402
-from memoryd.shared.embedding import embed_files  # noqa: E402
-from memoryd.shared.eventlog import EventLog, content_path, log_dir, segment_path, segments  # noqa: E402
+from inline_index import index_now  # noqa: E402
+
+from memoryd.services.pipeline.embedder import embed_files  # noqa: E402
+from memoryd.shared.config.settings import Settings, load_settings  # noqa: E402
+from memoryd.shared.embed import providers  # noqa: E402
 from memoryd.shared.events import FileChanged, FileChunked  # noqa: E402
-from memoryd.shared.indexing import apply, index_now, open_writer  # noqa: E402
-from memoryd.shared.replay import replay  # noqa: E402
-from memoryd.shared.worker import WorkerContext  # noqa: E402
+from memoryd.shared.index.apply import apply, open_writer  # noqa: E402
+from memoryd.shared.index.chunking import chunk_file  # noqa: E402
+from memoryd.shared.log.eventlog import EventLog, content_path, log_dir, segment_path, segments  # noqa: E402
+from memoryd.shared.rebuild.replay import replay  # noqa: E402
+from memoryd.shared.runtime.worker import WorkerContext  # noqa: E402
 
 AGENT = "bench"
 LINES_PER_FILE = 400

@@ -4,7 +4,7 @@
                               [--set query.mmr.enabled=false ...] [--workdir DIR] [--misses]
 
 Copies every workspace of the set, indexes each in-process with the real pipeline code
-(``memoryd.shared.indexing.index_now``), then asks every question through
+(``index_now`` of tests/inline_index.py), then asks every question through
 ``QueryService.search`` twice (maxResults 6 and 10; minScore the configured 0.35):
 
 - ``default``: the call an agent makes, nothing but the query (the configured fusion,

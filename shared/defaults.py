@@ -1,6 +1,6 @@
 """Every default of memoryd in one place, each with the reason for its value.
 
-The settings models in :mod:`memoryd.shared.config` take their defaults from here, and
+The settings models in :mod:`memoryd.shared.config.settings` take their defaults from here, and
 so do the processes' own tunables (sweeps, batches, backoffs). docs/configuration.md
 documents the settings; change a value here and there together.
 """
@@ -173,7 +173,7 @@ STUCK_INTERMEDIATE_SECONDS = 10.0
 #: A service `memoryd up` runs that dies is restarted after this long (doubling up to a minute).
 RESTART_DELAY_SECONDS = 1.0
 
-# --- the event log (shared/eventlog.py) -------------------------------------------------
+# --- the event log (shared/log/eventlog.py) -------------------------------------------------
 #: A segment is sealed past this size and gets a checkpoint: a replay folds at most one
 #: segment of events after its checkpoint (about 20,000 saves' events).
 LOG_SEGMENT_BYTES = 8 * 1024 * 1024

@@ -2,7 +2,7 @@
 
 Every event is a pydantic model with a ``type`` tag and a ``version``. Each stage reads
 its input event, does one job and emits its output event. Every event is also appended
-to the agent's durable log on disk (``memoryd.shared.eventlog``), texts and vectors stored
+to the agent's durable log on disk (``memoryd.shared.log.eventlog``), texts and vectors stored
 once by hash, so an index can be rebuilt by replaying it: ``FileChunked`` carries the chunk
 texts, ``ChunksEmbedded`` the vectors, so replay needs neither the files nor a provider.
 """

@@ -1,7 +1,7 @@
 """Credentials never leave in what memoryd prints: ``redis://:secret@host`` → ``redis://:***@host``.
 
 :func:`redact` masks the password (or a lone token) of every URL in a text; the CLI, the
-HTTP error handlers and every log record (``shared/redactlog.py``'s filter, installed on the
+HTTP error handlers and every log record (``services/cli/redactlog.py``'s filter, installed on the
 root handlers by the CLI) pass what they show through it. User names stay visible: they
 say which account is meant and are not secret.
 """

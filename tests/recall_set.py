@@ -3,7 +3,7 @@
 Each ``wsNN/`` is one agent's workspace of daily notes; ``questions.json`` asks questions of
 it with the lines that answer them. :func:`build` copies every workspace under a
 directory, registers one agent per workspace (id = ``wsNN``, its ``extraPaths`` as given)
-and indexes each in-process with ``memoryd.shared.indexing.index_now``; :func:`score` asks
+and indexes each in-process with ``tests/inline_index.py's index_now``; :func:`score` asks
 the questions through ``QueryService.search`` and counts hits.
 
 A result *hits* a question when its path is one of the expected paths and its line range
@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inline_index import index_now
+
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.config import Settings, load_settings
-from memoryd.shared.indexing import index_now
+from memoryd.shared.config.settings import Settings, load_settings
 
 FIXTURE = Path(__file__).parent / "fixtures" / "recall"
 #: recall@k for these k; 6 is the default maxResults, 10 what users raise it to.

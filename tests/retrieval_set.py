@@ -12,10 +12,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from inline_index import index_now
+
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.config import Settings, load_settings
-from memoryd.shared.indexing import index_now
+from memoryd.shared.config.settings import Settings, load_settings
 
 FIXTURE = Path(__file__).parent / "fixtures" / "retrieval"
 #: recall@k is reported for these k; the largest is the default maxResults.

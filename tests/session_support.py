@@ -8,11 +8,11 @@ from pathlib import Path
 import redis
 
 from memoryd.services.session.service import Sessions
-from memoryd.shared.bus import Bus
-from memoryd.shared.chunking import count_tokens
-from memoryd.shared.config import Settings, load_settings
-from memoryd.shared.eventlog import log_dir, read
-from memoryd.shared.worker import run_worker
+from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.index.chunking import count_tokens
+from memoryd.shared.log.eventlog import log_dir, read
+from memoryd.shared.runtime.bus import Bus
+from memoryd.shared.runtime.worker import run_worker
 
 __all__ = ["UTC", "Clock", "drain", "lines", "llm_extra", "logged", "sessions", "words"]
 

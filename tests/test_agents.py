@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 import redis
+from inline_index import index_now
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.agents import add_agent, register_agent, remove_agent
-from memoryd.shared.auth import Tokens
-from memoryd.shared.bus import Bus
-from memoryd.shared.config import ExtraPath, load_settings
-from memoryd.shared.eventlog import log_dir
+from memoryd.shared.config.settings import ExtraPath, load_settings
+from memoryd.shared.config.tokens import Tokens
 from memoryd.shared.events import FileDeleted
 from memoryd.shared.exceptions import ConfigError, UnknownAgent
-from memoryd.shared.indexing import index_now
-from memoryd.shared.worker import WorkerContext
+from memoryd.shared.log.eventlog import log_dir
+from memoryd.shared.runtime.bus import Bus
+from memoryd.shared.runtime.roster import add_agent, register_agent, remove_agent
+from memoryd.shared.runtime.worker import WorkerContext
 from tests.agents_support import two_agents
 from tests.pipeline_harness import Pipeline, wait_until
 

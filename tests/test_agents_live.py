@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.shared.agents import register_agent, remove_agent
+from memoryd.shared.runtime.roster import register_agent, remove_agent
 from tests.pipeline_harness import Pipeline
 from tests.support import wait_until
 

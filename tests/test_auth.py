@@ -15,16 +15,16 @@ import httpx
 import httpx2
 import pytest
 from fastapi.testclient import TestClient
+from inline_index import index_now
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from memoryd.services.query.http import create_app
 from memoryd.services.session.api import build_router
 from memoryd.services.session.client import SessionApiError, SessionClient
-from memoryd.shared.agents import add_agent, remove_agent
-from memoryd.shared.auth import ADMIN, Tokens, agent_principal, tokens_required
+from memoryd.shared.config.tokens import ADMIN, Tokens, agent_principal, tokens_required
 from memoryd.shared.exceptions import ConfigError
-from memoryd.shared.indexing import index_now
+from memoryd.shared.runtime.roster import add_agent, remove_agent
 from tests.agents_support import two_agents
 from tests.support import free_port, port_open, wait_until
 

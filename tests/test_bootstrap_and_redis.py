@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.shared.bootstrap import STANDARD_FILES, ensure_workspace
+from memoryd.shared.config.bootstrap import STANDARD_FILES, ensure_workspace
 from memoryd.shared.defaults import DEFAULT_REDIS_URL
-from memoryd.shared.redis_server import answers, redis_url, start_private_redis
+from memoryd.shared.runtime.redis_server import answers, redis_url, start_private_redis
 
 
 def test_a_missing_workspace_is_created_with_the_standard_files_and_committed(make_settings, tmp_path: Path) -> None:

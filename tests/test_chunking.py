@@ -7,8 +7,8 @@ import zlib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memoryd.shared import chunking
-from memoryd.shared.chunking import Chunker, count_tokens, encoding, sha256_text
+from memoryd.shared.index import chunking
+from memoryd.shared.index.chunking import Chunker, count_tokens, encoding, sha256_text
 
 WORDS = st.sampled_from(["deploy", "Docker", "E-404", "api/v2/users", "决定", "会議", "the", "and", "2026-01-20",
                          "POSTGRES_URL", "", "  ", "naïve", "🙂", "x" * 30])

@@ -19,11 +19,10 @@ import pytest
 from retrieval_set import build
 from support import wait_until
 
-from memoryd.services.cli import app, remote
+from memoryd.services.cli import app, locate, remote
 from memoryd.services.cli import query as cli_query
 from memoryd.services.query.models import Fusion
-from memoryd.shared import locate
-from memoryd.shared.config import Settings
+from memoryd.shared.config.settings import Settings
 
 HEAVY = ("numpy", "pydantic", "rq", "redis", "onnxruntime", "fastapi", "uvicorn", "tiktoken")
 #: Standard-library modules a search answered by a running server does without (each 2–14 ms).

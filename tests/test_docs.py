@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from memoryd.services.cli.app import build_parser
 from memoryd.services.cli.up import services
 from memoryd.shared import events
-from memoryd.shared.config import AgentEntry, Settings
+from memoryd.shared.config.settings import AgentEntry, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memoryd.shared.chunking import Chunker
+from memoryd.shared.embed.providers import HashProvider
 from memoryd.shared.events import ChunkData
-from memoryd.shared.providers import HashProvider
-from memoryd.shared.store import IndexWriter
+from memoryd.shared.index.chunking import Chunker
+from memoryd.shared.index.store import IndexWriter
 
 LINES = 2000
 

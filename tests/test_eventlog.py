@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 import redis
 
-from memoryd.shared.bus import Bus
-from memoryd.shared.checkpoints import compact, entries, fold, oldest_point, stats
-from memoryd.shared.chunking import Chunker
-from memoryd.shared.config import Settings, load_settings
-from memoryd.shared.content import ChunkRef, ContentStore
-from memoryd.shared.eventlog import EventLog, content_path, hydrate, log_dir, read, segments
+from memoryd.shared.config.settings import Settings, load_settings
 from memoryd.shared.events import ChunksEmbedded, FileChanged, FileDeleted, VectorData
 from memoryd.shared.exceptions import BadRequest
-from memoryd.shared.fold import Until
+from memoryd.shared.index.chunking import Chunker
+from memoryd.shared.index.content import ChunkRef, ContentStore
+from memoryd.shared.log.checkpoints import compact, entries, fold, oldest_point, stats
+from memoryd.shared.log.eventlog import EventLog, content_path, hydrate, log_dir, read, segments
+from memoryd.shared.log.fold import Until
+from memoryd.shared.runtime.bus import Bus
 
 
 def _changed(agent: str, path: str, seq: int) -> FileChanged:
@@ -175,7 +175,7 @@ def test_checkpoints_retention_and_content_collection_keep_replays_bounded_and_r
     with pytest.raises(BadRequest, match="reaches back"):
         fold(settings, "main", Until(at=first_at))
     stores = EventLog(settings)
-    from memoryd.shared.materialize import _chunks
+    from memoryd.shared.rebuild.materialize import _chunks
 
     assert _chunks(stores.content("main"), after.files["memory/daily.md"].chunks)  # the live version's texts kept
     stores.close()

@@ -13,9 +13,9 @@ from rq.job import Job
 
 from memoryd.services.pipeline.watcher import AgentWatch, Watcher
 from memoryd.shared import defaults as d
-from memoryd.shared.bus import Bus
 from memoryd.shared.events import FileChanged
-from memoryd.shared.worker import run_worker
+from memoryd.shared.runtime.bus import Bus
+from memoryd.shared.runtime.worker import run_worker
 from tests.agents_support import two_agents
 from tests.pipeline_harness import Pipeline, wait_until
 

@@ -8,16 +8,16 @@ import threading
 from pathlib import Path
 
 import pytest
+from inline_index import index_now
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import GetRequest
 from memoryd.shared import defaults as d
-from memoryd.shared.chunking import chunk_file
+from memoryd.shared.config.workspace import NotRegularFile, Workspace, file_sha256
 from memoryd.shared.events import FileChanged, FileSkipped
 from memoryd.shared.exceptions import PathRefused
-from memoryd.shared.indexing import index_now
-from memoryd.shared.store import IndexReader
-from memoryd.shared.workspace import NotRegularFile, Workspace, file_sha256
+from memoryd.shared.index.chunking import chunk_file
+from memoryd.shared.index.store import IndexReader
 from tests.hostile import hostile_files
 
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memoryd.shared.bootstrap import ensure_workspace
+from memoryd.shared.config.bootstrap import ensure_workspace
 from memoryd.shared.secrets import redact, secret_lines
 from tests.agents_support import two_agents
 

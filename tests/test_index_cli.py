@@ -20,10 +20,12 @@ from pathlib import Path
 import pytest
 import redis
 
-from memoryd.services.cli.index import IndexFailed, LocalStages, active_runs, follow, queue_run, stall_seconds
+from memoryd.services.cli.index import IndexFailed, LocalStages, follow, queue_run, stall_seconds
 from memoryd.services.cli.progress import Counts, IndexProgress
-from memoryd.shared.bus import Bus
-from memoryd.shared.worker import set_context
+from memoryd.shared.runtime import runs
+from memoryd.shared.runtime.bus import Bus
+from memoryd.shared.runtime.runs import active as active_runs
+from memoryd.shared.runtime.worker import set_context
 from tests.pipeline_harness import Pipeline
 from tests.support import wait_until
 
@@ -241,5 +243,5 @@ def test_status_shows_the_counts_of_a_run_in_progress(workspace: Path, make_sett
     shown = subprocess.run([*CLI, "status"], env=_env(config), capture_output=True, text=True, timeout=60,
                            check=True).stdout
     assert "memoryd index run run-s (agent main): 0/2 files indexed, 0/0 chunks embedded" in shown
-    bus.count("run-s", files_done=2)
+    runs.count(bus, "run-s", files_done=2)
     assert active_runs(bus) == []  # done runs are dropped

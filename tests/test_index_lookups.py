@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from memoryd.services.query import keyword
-from memoryd.shared import sqlitedb
 from memoryd.shared.events import ChunkData
-from memoryd.shared.store import META_CHUNKS, IndexWriter
+from memoryd.shared.index import sqlitedb
+from memoryd.shared.index.store import META_CHUNKS, IndexWriter
 
 
 def _write(writer: IndexWriter, path: str, texts: list[str]) -> None:

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from inline_index import index_now
 
-from memoryd.shared.config import load_settings
+from memoryd.shared.config.settings import load_settings
+from memoryd.shared.embed.providers import resolve
 from memoryd.shared.events import ChunkData, ChunksEmbedded, FileDeleted, VectorData
 from memoryd.shared.exceptions import ConfigError
-from memoryd.shared.indexing import apply, fingerprint, index_now, open_writer, outdated
-from memoryd.shared.providers import resolve
-from memoryd.shared.rebuild import rebuild
-from memoryd.shared.store import IndexReader
+from memoryd.shared.index.apply import apply, fingerprint, open_writer, outdated
+from memoryd.shared.index.store import IndexReader
+from memoryd.shared.rebuild.sidebyside import rebuild
 from tests.openai_stub import OpenAIStub
 
 
@@ -178,7 +179,7 @@ def test_doctor_names_the_fix_when_redis_is_unreachable(workspace: Path, make_se
 
 def test_a_long_lived_indexer_reopens_an_index_another_process_swapped(workspace: Path, make_settings) -> None:
     from memoryd.services.pipeline.indexer import _writer
-    from memoryd.shared.worker import WorkerContext
+    from memoryd.shared.runtime.worker import WorkerContext
 
     (workspace / "MEMORY.md").write_text("- a fact\n")
     settings, _ = make_settings(workspace)
@@ -197,7 +198,7 @@ def test_a_long_lived_indexer_reopens_an_index_another_process_swapped(workspace
 
 
 def test_a_skipped_big_file_records_its_real_sha_so_reconcile_leaves_it_alone(workspace: Path, make_settings) -> None:
-    from memoryd.shared.workspace import file_sha256
+    from memoryd.shared.config.workspace import file_sha256
 
     big = workspace / "memory" / "dump.md"
     big.write_text("x" * 5000)

@@ -14,9 +14,9 @@ import pytest
 import redis
 from rq import SimpleWorker
 
-from memoryd.shared.bus import STAGES
-from memoryd.shared.config import load_settings
-from memoryd.shared.redis_server import redis_binary
+from memoryd.shared.config.settings import load_settings
+from memoryd.shared.runtime.bus import STAGES
+from memoryd.shared.runtime.redis_server import redis_binary
 from tests.pipeline_harness import Pipeline, wait_until
 from tests.support import free_port
 

@@ -12,19 +12,19 @@ from pathlib import Path
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from inline_index import index_now
 from rq.registry import FailedJobRegistry
 
 from memoryd.services.pipeline.watcher import AgentWatch
 from memoryd.services.query.http import create_app
-from memoryd.shared.bus import Bus
-from memoryd.shared.chunking import chunk_file
-from memoryd.shared.config import load_settings
+from memoryd.shared.config.settings import load_settings
+from memoryd.shared.config.workspace import Workspace
 from memoryd.shared.events import FileChanged, FileSkipped, parse_event
 from memoryd.shared.exceptions import BadRequest, ConfigError
-from memoryd.shared.indexing import index_now
-from memoryd.shared.store import IndexReader
-from memoryd.shared.worker import run_worker
-from memoryd.shared.workspace import Workspace
+from memoryd.shared.index.chunking import chunk_file
+from memoryd.shared.index.store import IndexReader
+from memoryd.shared.runtime.bus import Bus
+from memoryd.shared.runtime.worker import run_worker
 from tests.agents_support import two_agents
 
 

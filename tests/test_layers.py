@@ -1,6 +1,11 @@
 """The layout is the architecture: layers import one way, and stages never import each other.
 
-- ``shared/`` imports nothing from ``services/``;
+- ``shared/`` imports nothing from ``services/``, and names no service by string either;
+- inside ``shared/`` the subpackages are layered (:data:`SHARED_LAYERS`): a module imports the
+  root contracts, its own package and the packages below it, never one above;
+- no memoryd module imports itself back through others (no cycles), counting imports made
+  inside functions, which hide a cycle from the interpreter but not from a reader;
+- importing the query engine loads none of the rebuild machinery (an ``asOf`` search loads it);
 - each pipeline stage (``services/pipeline/<stage>.py``) imports only ``shared/``;
 - the query and session services import only ``shared/`` and their own package;
 - only the CLI (the edge) may import every service;
@@ -11,6 +16,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +27,9 @@ SERVICES = ROOT / "services"
 SHARED = ROOT / "shared"
 #: The only modules that may read os.environ: the settings loader, `up` handing it to children,
 #: and locate (the state dir and config file found before settings load, for the CLI's fast path).
-ENVIRONMENT_READERS = {SHARED / "config.py", SERVICES / "cli" / "up.py", SHARED / "locate.py"}
+ENVIRONMENT_READERS = {SHARED / "config" / "settings.py", SERVICES / "cli" / "up.py", SERVICES / "cli" / "locate.py"}
+#: shared/'s subpackages, lowest first; the root modules (events, exceptions, defaults, ...) sit below them all.
+SHARED_LAYERS = ["config", "embed", "index", "log", "runtime", "rebuild"]
 
 
 def imports(path: Path) -> set[str]:
@@ -85,3 +94,127 @@ def test_the_layer_check_sees_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "chunker.py"
     bad.write_text("from memoryd.services.pipeline import embedder\nimport memoryd.services.query.engine\n")
     assert {"memoryd.services.pipeline.embedder", "memoryd.services.query.engine"} <= imports(bad)
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["memoryd", *parts])
+
+
+def import_graph(paths: list[Path]) -> dict[str, set[str]]:
+    """Module → the memoryd modules it imports (``from a import b`` counts as ``a.b`` when that is a module)."""
+    names = {module_name(p): p for p in paths}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        found = set()
+        for target in imports(path):
+            while target and target not in names:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):
+                found.add(target)
+        graph[name] = found
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def product_modules() -> list[Path]:
+    return modules(SERVICES) + modules(SHARED)
+
+
+def test_no_module_imports_itself_back() -> None:
+    assert cycles(import_graph(product_modules())) == []
+
+
+def test_the_cycle_check_sees_a_cycle_closed_inside_a_function(tmp_path: Path) -> None:
+    graph = {"memoryd.shared.a": {"memoryd.shared.b"}, "memoryd.shared.b": {"memoryd.shared.c"},
+             "memoryd.shared.c": {"memoryd.shared.a"}, "memoryd.shared.d": {"memoryd.shared.a"}}
+    assert cycles(graph) == [["memoryd.shared.a", "memoryd.shared.b", "memoryd.shared.c"]]
+    (tmp_path / "shared").mkdir()
+    lazy = tmp_path / "shared" / "a.py"
+    lazy.write_text("def f():\n    from memoryd.shared.b import g\n")
+    assert "memoryd.shared.b.g" in imports(lazy)
+
+
+def layer_of(module: str) -> int:
+    """-1 for the root contracts of shared/, else the rank of its subpackage in SHARED_LAYERS."""
+    parts = module.split(".")
+    return SHARED_LAYERS.index(parts[2]) if len(parts) > 3 and parts[2] in SHARED_LAYERS else -1
+
+
+def test_shared_packages_import_only_their_own_and_lower_layers() -> None:
+    graph = import_graph(modules(SHARED))
+    upward = {m: sorted(t for t in targets if t.startswith("memoryd.shared.") and layer_of(t) > layer_of(m))
+              for m, targets in graph.items()}
+    assert {m: t for m, t in upward.items() if t} == {}
+
+
+def test_the_root_contracts_import_nothing_of_memoryd() -> None:
+    roots = [p for p in SHARED.glob("*.py") if p.stem != "__init__"]
+    assert {p.stem for p in roots} == {"defaults", "events", "exceptions", "redact", "secrets"}
+    bad = {p.stem: sorted(i for i in imports(p) if i.startswith("memoryd")) for p in roots}
+    assert {k: v for k, v in bad.items() if v} == {}
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    assert layer_of("memoryd.shared.index.store") < layer_of("memoryd.shared.rebuild.replay")
+    assert layer_of("memoryd.shared.events") == -1
+
+
+def code_strings(path: Path) -> list[str]:
+    """The string constants of ``path`` that are not docstrings."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def test_shared_names_no_service_by_string() -> None:
+    """Services register their jobs with the bus; shared/ never names one (an upward import no check sees)."""
+    named = {str(p.relative_to(ROOT)): [s for s in code_strings(p) if "memoryd.services" in s] for p in modules(SHARED)}
+    assert {k: v for k, v in named.items() if v} == {}
+
+
+def test_importing_the_query_engine_loads_no_rebuild_machinery() -> None:
+    out = subprocess.run([sys.executable, "-c", "import sys, memoryd.services.query.engine; "
+                          "print('\\n'.join(m for m in sys.modules if m.startswith('memoryd')))"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    assert [m for m in out if m.startswith("memoryd.shared.rebuild.")] == []

@@ -10,10 +10,10 @@ import pytest
 import redis
 from rq.registry import FailedJobRegistry
 
-from memoryd.shared.bus import JOBS, Bus
 from memoryd.shared.events import FileChanged
-from memoryd.shared.store import IndexReader
-from memoryd.shared.worker import migrate_legacy_jobs, run_worker, set_context
+from memoryd.shared.index.store import IndexReader
+from memoryd.shared.runtime.bus import JOBS, Bus
+from memoryd.shared.runtime.worker import migrate_legacy_jobs, run_worker, set_context
 
 pytestmark = pytest.mark.integration
 

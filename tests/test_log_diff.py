@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from memoryd.shared.config.workspace import Workspace
 from memoryd.shared.events import FileDeleted, MemoryFlushed
-from memoryd.shared.indexing import changed_event
-from memoryd.shared.workspace import Workspace
+from memoryd.shared.runtime.survey import changed_event
 from tests.pipeline_harness import Pipeline
 from tests.support import wait_until
 

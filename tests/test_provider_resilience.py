@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from memoryd.shared import defaults as d
-from memoryd.shared.breaker import Breaker
-from memoryd.shared.config import RemoteSettings
+from memoryd.shared.config.settings import RemoteSettings
+from memoryd.shared.embed.breaker import Breaker
+from memoryd.shared.embed.providers import OpenAIProvider
 from memoryd.shared.exceptions import ProviderError, ProviderUnavailable, QuotaExhausted
-from memoryd.shared.providers import OpenAIProvider
 from tests.openai_stub import OpenAIStub
 from tests.support import wait_until
 

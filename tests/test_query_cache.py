@@ -9,17 +9,17 @@ import math
 from pathlib import Path
 
 import psutil
+from inline_index import index_now
 
 from memoryd.services.query.agentindex import AgentIndex
 from memoryd.services.query.cache import CONNECTION_BYTES, footprint
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
 from memoryd.shared import defaults as d
-from memoryd.shared.config import Settings, load_settings
-from memoryd.shared.eventlog import EventLog
+from memoryd.shared.config.settings import Settings, load_settings
 from memoryd.shared.events import FileDeleted
-from memoryd.shared.indexing import index_now
-from memoryd.shared.worker import WorkerContext
+from memoryd.shared.log.eventlog import EventLog
+from memoryd.shared.runtime.worker import WorkerContext
 
 AGENTS = [f"agent{i}" for i in range(8)]
 

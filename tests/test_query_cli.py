@@ -8,7 +8,7 @@ import pytest
 from retrieval_set import build
 
 from memoryd.services.cli import app as cli
-from memoryd.shared.config import Settings
+from memoryd.shared.config.settings import Settings
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,10 @@ from mcp import Client
 from retrieval_set import build
 
 from memoryd.services.cli import app as cli
+from memoryd.services.query.dates import path_date
 from memoryd.services.query.http import create_app
 from memoryd.services.query.mcp import build_server
-from memoryd.shared.config import Settings
-from memoryd.shared.dates import path_date
+from memoryd.shared.config.settings import Settings
 
 QUERY = "deploy release API decision"
 AFTER, BEFORE = dt.date(2026, 1, 14), dt.date(2026, 1, 22)

@@ -14,7 +14,7 @@ from mcp import Client, StdioServerParameters
 from retrieval_set import build
 
 from memoryd.services.query.mcp import MEMORY_GET_DESCRIPTION, MEMORY_SEARCH_DESCRIPTION
-from memoryd.shared.config import Settings
+from memoryd.shared.config.settings import Settings
 from tests.support import free_port, port_open, wait_until
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,11 +16,11 @@ from pydantic import ValidationError
 from retrieval_set import build
 
 from memoryd.services.query import fusion, keyword, ranking
+from memoryd.services.query.dates import path_date
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.fusion import Candidate
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.config import QuerySettings, Settings, load_settings
-from memoryd.shared.dates import path_date
+from memoryd.shared.config.settings import QuerySettings, Settings, load_settings
 
 D = dt.date.fromisoformat
 

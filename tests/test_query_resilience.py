@@ -20,12 +20,12 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from inline_index import index_now
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.http import create_app
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.config import Settings, load_settings
-from memoryd.shared.indexing import index_now
+from memoryd.shared.config.settings import Settings, load_settings
 from tests.openai_stub import OpenAIStub
 from tests.support import free_port, wait_until
 

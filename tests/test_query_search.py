@@ -1,7 +1,7 @@
 """memory_search: the contract, both fusion modes, identifiers, CJK, sources, degraded modes, freshness.
 
 Plumbing runs on the ``hash`` provider (no model) over the retrieval fixture workspace,
-indexed for real by ``memoryd.shared.indexing.index_now`` into a real SQLite file with sqlite-vec.
+indexed for real by ``tests/inline_index.py's index_now`` into a real SQLite file with sqlite-vec.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from inline_index import index_now
 from retrieval_set import build
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SNIPPET_MAX_CHARS, GetRequest, SearchRequest, dump
-from memoryd.shared.config import Settings, load_settings
-from memoryd.shared.indexing import index_now
-from memoryd.shared.store import IndexWriter
+from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.index.store import IndexWriter
 
 
 @pytest.fixture(scope="module")

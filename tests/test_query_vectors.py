@@ -11,10 +11,10 @@ import pytest
 
 from memoryd.services.query import vectors as query_vectors
 from memoryd.services.query.vectors import VectorIndex
-from memoryd.shared import sqlitedb, vecwriter
 from memoryd.shared.events import ChunkData
-from memoryd.shared.store import IndexWriter
-from memoryd.shared.vecfile import VecFile, dequantize, vec_path
+from memoryd.shared.index import sqlitedb, vecwriter
+from memoryd.shared.index.store import IndexWriter
+from memoryd.shared.index.vecfile import VecFile, dequantize, vec_path
 
 DIMS = 8
 

@@ -18,14 +18,16 @@ import time
 from pathlib import Path
 
 import pytest
+from inline_index import index_now
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.config import load_settings
-from memoryd.shared.indexing import changed_event, fingerprint, index_now
-from memoryd.shared.rebuild import live_fingerprint, pending_plan, rebuild
-from memoryd.shared.replay import replay
-from memoryd.shared.workspace import Workspace
+from memoryd.shared.config.settings import load_settings
+from memoryd.shared.config.workspace import Workspace
+from memoryd.shared.index.apply import fingerprint
+from memoryd.shared.rebuild.replay import replay
+from memoryd.shared.rebuild.sidebyside import live_fingerprint, pending_plan, rebuild
+from memoryd.shared.runtime.survey import changed_event
 from tests.faults.support import fresh_rows, index_rows, wait_converged, write_corpus
 from tests.pipeline_harness import Pipeline
 from tests.support import wait_until

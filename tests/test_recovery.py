@@ -7,10 +7,10 @@ from pathlib import Path
 
 import redis
 
-from memoryd.shared.bus import Bus
-from memoryd.shared.indexing import changed_event
-from memoryd.shared.recovery import Recovery
-from memoryd.shared.workspace import Workspace
+from memoryd.shared.config.workspace import Workspace
+from memoryd.shared.rebuild.recovery import Recovery
+from memoryd.shared.runtime.bus import Bus
+from memoryd.shared.runtime.survey import changed_event
 
 
 def _queued(bus: Bus, stage: str) -> int:

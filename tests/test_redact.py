@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from memoryd.services.cli.redactlog import RedactingFilter
 from memoryd.shared.exceptions import RedisUnavailable
 from memoryd.shared.redact import redact
-from memoryd.shared.redactlog import RedactingFilter
-from memoryd.shared.redis_server import connect
+from memoryd.shared.runtime.redis_server import connect
 from tests.support import free_port
 
 

@@ -25,13 +25,13 @@ from retrieval_set import FIXTURE, questions
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.http import create_app
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared import providers
-from memoryd.shared.config import Settings, load_settings
-from memoryd.shared.eventlog import log_dir, read
+from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.embed import providers
 from memoryd.shared.exceptions import BadRequest
-from memoryd.shared.fold import Until
-from memoryd.shared.replay import replay
-from memoryd.shared.store import IndexReader
+from memoryd.shared.index.store import IndexReader
+from memoryd.shared.log.eventlog import log_dir, read
+from memoryd.shared.log.fold import Until
+from memoryd.shared.rebuild.replay import replay
 
 REPO = Path(__file__).resolve().parent.parent
 EDITED = "memory/2026-01-20.md"

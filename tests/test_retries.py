@@ -11,10 +11,10 @@ import pytest
 from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
-from memoryd.shared import jobs
-from memoryd.shared.agents import register_agent
-from memoryd.shared.config import load_settings
+from memoryd.shared.config.settings import load_settings
 from memoryd.shared.events import FileDeleted
+from memoryd.shared.runtime import retries as jobs
+from memoryd.shared.runtime.roster import register_agent
 from tests.pipeline_harness import Pipeline
 from tests.support import wait_until
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from memoryd.services.session.context import BOOTSTRAP_MAX_CHARS, assemble, prune, read_bootstrap
 from memoryd.services.session.service import NewMessage
 from memoryd.services.session.transcript import Compaction, Message, segment
-from memoryd.shared.config import ContextPruningSettings
+from memoryd.shared.config.settings import ContextPruningSettings
 from tests.session_support import UTC, Clock, sessions
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

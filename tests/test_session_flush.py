@@ -13,13 +13,13 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from inline_index import index_now
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
 from memoryd.services.session.memfiles import append_daily
 from memoryd.services.session.service import NewMessage, Sessions
 from memoryd.shared.exceptions import PathRefused, ProviderError
-from memoryd.shared.indexing import index_now
 from tests.openai_stub import OpenAIStub
 from tests.session_support import UTC, Clock, drain, lines, llm_extra, logged, sessions, words
 

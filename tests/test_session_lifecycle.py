@@ -6,14 +6,14 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from inline_index import index_now
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
 from memoryd.services.session.policy import due_reset
 from memoryd.services.session.service import NewMessage, Sessions
 from memoryd.services.session.transcript import Message, segment
-from memoryd.shared.config import SessionResetSettings
-from memoryd.shared.indexing import index_now
+from memoryd.shared.config.settings import SessionResetSettings
 from tests.openai_stub import OpenAIStub
 from tests.session_support import UTC, Clock, drain, llm_extra, logged, sessions
 

@@ -15,8 +15,8 @@ import redis
 from memoryd.services.session.policy import Thresholds
 from memoryd.services.session.service import NewMessage
 from memoryd.services.session.transcript import Message, Transcript
-from memoryd.shared.bus import Bus
-from memoryd.shared.chunking import count_tokens
+from memoryd.shared.index.chunking import count_tokens
+from memoryd.shared.runtime.bus import Bus
 from tests.session_support import sessions, words
 from tests.support import wait_until
 

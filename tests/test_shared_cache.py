@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+from inline_index import index_now
 
-from memoryd.shared import schema, sqlitedb
-from memoryd.shared.config import load_settings
-from memoryd.shared.content import VectorStore
-from memoryd.shared.indexing import index_now
-from memoryd.shared.store import IndexWriter
+from memoryd.shared.config.settings import load_settings
+from memoryd.shared.index import schema, sqlitedb
+from memoryd.shared.index.content import VectorStore
+from memoryd.shared.index.store import IndexWriter
 
 NOTE = "\n".join(f"- decision {i}: the deploy freeze starts on Friday, owner Priya, ticket OPS-{i}" for i in range(60))
 

@@ -12,10 +12,10 @@ import pytest
 import redis
 from rq import SimpleWorker
 
-from memoryd.shared.bus import Bus
-from memoryd.shared.config import load_settings
+from memoryd.shared.config.settings import load_settings
 from memoryd.shared.events import FileChanged, FileDeleted
-from memoryd.shared.jobs import note_error
+from memoryd.shared.runtime.bus import Bus
+from memoryd.shared.runtime.retries import note_error
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from rq.job import JobStatus
 from rq.registry import StartedJobRegistry
 from rq.scheduler import RQScheduler
 
-from memoryd.shared.worker import HOST, requeue_orphans
+from memoryd.shared.runtime.worker import HOST, requeue_orphans
 
 pytestmark = pytest.mark.integration
 

@@ -11,13 +11,14 @@ import json
 from pathlib import Path
 
 from memoryd.services.cli.status import print_result
-from memoryd.shared import agents, redis_server
-from memoryd.shared.auth import ADMIN, Tokens, agent_principal
-from memoryd.shared.bootstrap import ensure_workspace
-from memoryd.shared.bus import Bus
-from memoryd.shared.config import ExtraPath, ProviderName, Settings
+from memoryd.shared.config.bootstrap import ensure_workspace
+from memoryd.shared.config.settings import ExtraPath, ProviderName, Settings
+from memoryd.shared.config.tokens import ADMIN, Tokens, agent_principal
 from memoryd.shared.exceptions import BadRequest
 from memoryd.shared.redact import redact
+from memoryd.shared.runtime import redis_server
+from memoryd.shared.runtime import roster as agents
+from memoryd.shared.runtime.bus import Bus
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

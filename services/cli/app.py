@@ -119,8 +119,8 @@ def _command(argv: list[str]) -> str | None:
 
 def _config_of_running_up(args: argparse.Namespace) -> None:
     """Given no --config and no $MEMORYD_CONFIG, use the config file of the `memoryd up` running on
-    this state dir (shared/running.py), so every command sees the settings the services run with."""
-    from memoryd.shared import locate, running
+    this state dir (services/cli/running.py), so every command sees the settings the services run with."""
+    from memoryd.services.cli import locate, running
 
     if args.command == "up" or locate.config_file(getattr(args, "config", None)):
         return
@@ -133,7 +133,7 @@ def _config_of_running_up(args: argparse.Namespace) -> None:
 def _log_setup(verbose: bool) -> None:
     import logging
 
-    from memoryd.shared.redactlog import redact_logs
+    from memoryd.services.cli.redactlog import redact_logs
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         if answered is not None:
             return answered
         _log_setup(getattr(args, "verbose", False))
-        from memoryd.shared.config import load_settings
+        from memoryd.shared.config.settings import load_settings
 
         settings = load_settings(getattr(args, "config", None), getattr(args, "state_dir", None))
         return int(args.func(args, settings) or 0)

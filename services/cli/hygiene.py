@@ -7,9 +7,9 @@ import shutil
 import subprocess
 from typing import Any
 
-from memoryd.shared.config import Settings
+from memoryd.shared.config.settings import Settings
+from memoryd.shared.config.workspace import Workspace
 from memoryd.shared.secrets import secret_lines
-from memoryd.shared.workspace import Workspace
 
 #: Files named per check before "and N more": the fix is the same for all of them.
 SHOWN_FILES = 5

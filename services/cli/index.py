@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import threading
 import time
@@ -31,18 +30,22 @@ import redis
 from rq import SimpleWorker
 from rq.timeouts import TimerDeathPenalty
 
+import memoryd.services.pipeline  # noqa: F401  (the stages register their jobs with the bus)
+import memoryd.services.session  # noqa: F401  (so do the session jobs)
 from memoryd.services.cli.progress import Counts, IndexProgress, mode_for
 from memoryd.services.cli.status import index_counts, print_result
 from memoryd.services.cli.text import plural
-from memoryd.shared import bus as busmod
 from memoryd.shared import defaults as d
-from memoryd.shared import jobs, providers, redis_server
-from memoryd.shared.agents import register_agent
-from memoryd.shared.config import AgentConfig, Settings
+from memoryd.shared.config.settings import AgentConfig, Settings
+from memoryd.shared.embed import providers
 from memoryd.shared.events import FileDeleted
 from memoryd.shared.exceptions import MemorydError
 from memoryd.shared.redact import redact
-from memoryd.shared.worker import HOST, StageWorker, context, pid_alive, set_context, worker_name
+from memoryd.shared.runtime import bus as busmod
+from memoryd.shared.runtime import redis_server, runs
+from memoryd.shared.runtime import retries as jobs
+from memoryd.shared.runtime.roster import register_agent
+from memoryd.shared.runtime.worker import HOST, StageWorker, context, pid_alive, set_context, worker_name
 
 PIPELINE = ("chunk", "embed", "index")
 
@@ -102,7 +105,7 @@ class LocalStages:
     def _work(self, stage: str) -> None:
         lanes = self.bus.lanes(stage)
         if stage == "embed":  # load the model while the chunker reads the first files
-            from memoryd.shared.embedding import chain_for
+            from memoryd.services.pipeline.embedder import chain_for
 
             with contextlib.suppress(MemorydError):  # the first job meets the same error and reports it
                 chain_for(context(), self.agent)
@@ -131,7 +134,7 @@ class LocalStages:
 def _workspace(args: argparse.Namespace, settings: Settings) -> tuple[Settings, AgentConfig]:
     """The agent to index: registered (or moved) with ``--workspace``; a missing workspace is
     created only with ``--create`` (a mistyped path must not become a new workspace)."""
-    from memoryd.shared.bootstrap import ensure_workspace
+    from memoryd.shared.config.bootstrap import ensure_workspace
 
     if args.workspace:
         workspace = Path(args.workspace).expanduser()
@@ -161,8 +164,8 @@ def no_memory_hint(agent: AgentConfig) -> str:
 
 def queue_run(bus: busmod.Bus, settings: Settings, agent: AgentConfig, run: str) -> tuple[int, int]:
     """Emit the run's events; → (files to chunk, files queued in all)."""
-    from memoryd.shared.indexing import changed_event, indexed_hashes, skipped_event
-    from memoryd.shared.workspace import Workspace
+    from memoryd.shared.config.workspace import Workspace
+    from memoryd.shared.runtime.survey import changed_event, indexed_hashes, skipped_event
 
     survey = Workspace(agent).survey()  # files, and what is skipped (names not UTF-8, too deep)
     events = [e for f in survey.files if (e := changed_event(bus, agent.id, f, origin="index", run=run))]
@@ -174,29 +177,12 @@ def queue_run(bus: busmod.Bus, settings: Settings, agent: AgentConfig, run: str)
     bus.emit("index", [*skipped, *(FileDeleted(agent=agent.id, path=p, seq=bus.next_seq(agent.id), run=run,
                                                origin="index") for p in gone)], bulk=True)
     total = len(events) + len(gone) + len(skipped)
-    bus.conn.hset(bus.key("runs"), run, json.dumps({"agent": agent.id, "files": total, "started": time.time()}))
+    runs.start(bus, run, agent.id, total)
     return len(events), total
 
 
-def active_runs(bus: busmod.Bus) -> list[dict[str, Any]]:
-    """The `memoryd index` runs not done yet, with their counts (for `memoryd status`); runs older
-    than a day are forgotten (their counters expire then too)."""
-    out = []
-    for run, raw in bus.conn.hgetall(bus.key("runs")).items():
-        meta = json.loads(raw)
-        counts = bus.run_counts(run.decode())
-        if time.time() - meta["started"] > d.INDEX_RUN_TTL_SECONDS or counts.get("files_done", 0) >= meta["files"]:
-            bus.conn.hdel(bus.key("runs"), run)
-            continue
-        out.append({"run": run.decode(), "agent": meta["agent"], "files": meta["files"],
-                    "files_done": counts.get("files_done", 0), "chunks": counts.get("chunks_found", 0),
-                    "chunks_embedded": counts.get("chunks_embedded", 0) + counts.get("chunks_cached", 0),
-                    "started": meta["started"]})
-    return out
-
-
 def _counts(bus: busmod.Bus, run: str, total: int, embedding: bool) -> Counts:
-    raw = bus.run_counts(run)
+    raw = runs.counts(bus, run)
     done = raw.get("chunks_embedded", 0) + raw.get("chunks_cached", 0) if embedding else raw.get("chunks", 0)
     return Counts(files=total, files_done=raw.get("files_done", 0), chunks=raw.get("chunks_found", 0),
                   chunks_done=done)
@@ -268,7 +254,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
                                 stall=args.stall_seconds or stall_seconds(settings))
             finally:
                 progress.close()
-            raw = bus.run_counts(run)
+            raw = runs.counts(bus, run)
         finally:
             if local is not None:
                 local.close()

@@ -7,9 +7,12 @@ import argparse
 import json
 import time
 
-from memoryd.shared import bus as busmod
-from memoryd.shared import jobs, redis_server
-from memoryd.shared.config import Settings
+import memoryd.services.pipeline  # noqa: F401  (the stages register their jobs with the bus)
+import memoryd.services.session  # noqa: F401  (so do the session jobs)
+from memoryd.shared.config.settings import Settings
+from memoryd.shared.runtime import bus as busmod
+from memoryd.shared.runtime import redis_server
+from memoryd.shared.runtime import retries as jobs
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.services.cli.status import print_result
-from memoryd.shared.config import Settings
-from memoryd.shared.fold import Until
+from memoryd.shared.config.settings import Settings
+from memoryd.shared.log.fold import Until
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
-    from memoryd.shared.replay import replay
+    from memoryd.shared.rebuild.replay import replay
 
     result = replay(settings, args.agent, until=Until.parse(args.until) if args.until else None,
                     into=args.into, reembed=args.reembed)
@@ -50,7 +50,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
-    from memoryd.shared.checkpoints import stats
+    from memoryd.shared.log.checkpoints import stats
 
     settings.agent(args.agent)
     print_result(stats(settings, args.agent), args.json)
@@ -58,7 +58,7 @@ def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_diff(args: argparse.Namespace, settings: Settings) -> int:
-    from memoryd.shared.history import diff
+    from memoryd.services.cli.history import diff
 
     settings.agent(args.agent)
     result = diff(settings, args.agent, Until.parse(args.since), Until.parse(args.until) if args.until else None)

@@ -11,13 +11,15 @@ import time
 
 import redis
 
-from memoryd.shared import bus as busmod
+import memoryd.services.pipeline  # noqa: F401  (the stages register their jobs with the bus)
+import memoryd.services.session  # noqa: F401  (so do the session jobs)
 from memoryd.shared import defaults as d
-from memoryd.shared import redis_server
-from memoryd.shared.config import Settings
+from memoryd.shared.config.settings import Settings
 from memoryd.shared.exceptions import MemorydError
 from memoryd.shared.redact import redact
-from memoryd.shared.worker import run_worker, set_context
+from memoryd.shared.runtime import bus as busmod
+from memoryd.shared.runtime import redis_server
+from memoryd.shared.runtime.worker import run_worker, set_context
 
 STAGES = ("chunk", "embed", "index", "session")
 

@@ -16,7 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from memoryd.services.query.engine import QueryService
     from memoryd.services.query.models import SearchResponse
-    from memoryd.shared.config import Settings
+    from memoryd.shared.config.settings import Settings
 
 #: The wire's ``Fusion`` values (services/query/models.py), spelled here so that parsing the
 #: command line imports no pydantic; tests/test_cli_transport.py checks they agree.
@@ -168,7 +168,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 def _tokens_required(settings: Settings, host: str, insecure: bool) -> bool:
     """Whether the server on ``host`` requires tokens (refused: auth off beyond loopback without --insecure)."""
-    from memoryd.shared.auth import Tokens, is_loopback, tokens_required
+    from memoryd.shared.config.tokens import Tokens, is_loopback, tokens_required
 
     required = tokens_required(host, settings.memoryd.server.auth, insecure)
     if required and not Tokens(settings.state_dir).issued():

@@ -2,7 +2,7 @@
 
 A search in a new process would load the settings, numpy, the model and the agent's
 vectors before answering; a running ``memoryd serve`` has them loaded and answers in
-milliseconds. So the CLI first looks for ``<state>/serve.json`` (shared/locate.py) and
+milliseconds. So the CLI first looks for ``<state>/serve.json`` (services/cli/locate.py) and
 sends the request there — with nothing heavier imported than ``http.client`` — and falls
 back to answering in-process when no server runs, it does not answer, or it wants a token
 the CLI does not have. Both ways send the same body (``search_body`` / ``get_body``) and
@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 
-from memoryd.shared import locate
+from memoryd.services.cli import locate
 from memoryd.shared.exceptions import MemorydError
 
 #: ``typing.TYPE_CHECKING`` without importing ``typing`` (5 ms of a `memoryd search` answered by a server);
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from memoryd.shared.config import Settings
+    from memoryd.shared.config.settings import Settings
 
 #: Seconds to connect to the server the state dir names: a live one on this host accepts at once.
 CONNECT_TIMEOUT = 0.5

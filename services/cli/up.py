@@ -15,13 +15,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from memoryd.services.cli.running import forget_up, note_up
 from memoryd.shared import defaults as d
-from memoryd.shared import redis_server
-from memoryd.shared.bootstrap import ensure_workspace
-from memoryd.shared.config import Settings
+from memoryd.shared.config.bootstrap import ensure_workspace
+from memoryd.shared.config.settings import Settings
 from memoryd.shared.exceptions import MemorydError
 from memoryd.shared.redact import redact
-from memoryd.shared.running import forget_up, note_up
+from memoryd.shared.runtime import redis_server
 
 
 def services(http: bool) -> dict[str, list[str]]:

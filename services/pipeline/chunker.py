@@ -1,7 +1,7 @@
 """Chunker worker: ``FileChanged`` → ``FileChunked`` (to the embedder) or ``FileSkipped``.
 
 Reads the file once, checks it is memory (not binary, UTF-8, not huge), and splits it
-into ~400-token chunks on line boundaries (``memoryd.shared.chunking.chunk_file``). The
+into ~400-token chunks on line boundaries (``memoryd.shared.index.chunking.chunk_file``). The
 chunk texts travel in the event, so the later stages and a replay never need the file again.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from memoryd.shared.chunking import chunk_file
 from memoryd.shared.events import FileChanged, FileChunked, FileDeleted, FileSkipped, parse_event
-from memoryd.shared.worker import context
+from memoryd.shared.index.chunking import chunk_file
+from memoryd.shared.runtime.worker import context
 
 log = logging.getLogger("memoryd.chunker")
 
@@ -34,7 +34,7 @@ def chunk_job(events: list[str]) -> int:
     for c in chunked:
         runs[c.run] = runs.get(c.run, 0) + len(c.chunks)
     for run, found in runs.items():
-        ctx.bus.count(run, chunks_found=found)  # `memoryd index` shows how many chunks are to embed
+        runs.count(ctx.bus, run, chunks_found=found)  # `memoryd index` shows how many chunks are to embed
     log.info("chunked %d files into %d chunks; %d skipped or gone (agents %s)", len(chunked),
              sum(runs.values()), len(direct), ", ".join(sorted({e.agent for e in [*chunked, *direct]})))
     return len(chunked)

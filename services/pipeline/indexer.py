@@ -1,7 +1,7 @@
 """Indexer worker — the only writer of ``<state>/memory/<agent>.sqlite``.
 
 Applies ``ChunksEmbedded``, ``FileDeleted``, ``FileSkipped`` and ``VectorsFilled`` through
-``memoryd.shared.indexing.apply`` (stale events dropped by sequence number, one
+``memoryd.shared.index.apply.apply`` (stale events dropped by sequence number, one
 transaction per file, idempotent). The index records its fingerprint (chunker,
 tokenizer, FTS tokenizer, embedder); when the configured one differs, the indexer keeps
 applying to it and queues a rebuild job (``memoryd.services.pipeline.rebuild``, by name),
@@ -9,7 +9,7 @@ which builds the new index side by side from the log and swaps it in: events are
 under the agent's swap lock (shared), so none lands in the old file after its last fold.
 
 Each indexer process also watches for a Redis that lost its data and re-drives the lost
-work from the log (``memoryd.shared.recovery``), and seals the log's checkpoints.
+work from the log (``memoryd.shared.rebuild.recovery``), and seals the log's checkpoints.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ import redis
 from memoryd.shared import defaults as d
 from memoryd.shared.events import ChunksEmbedded, FileDeleted, FileSkipped, IndexApplied, VectorsFilled, parse_event
 from memoryd.shared.exceptions import MemorydError
-from memoryd.shared.indexing import apply, open_writer, outdated
-from memoryd.shared.rebuild import request, swap_lock
-from memoryd.shared.recovery import Recovery
-from memoryd.shared.store import IndexWriter
-from memoryd.shared.worker import Periodic, WorkerContext, context
+from memoryd.shared.index.apply import apply, open_writer, outdated
+from memoryd.shared.index.store import IndexWriter
+from memoryd.shared.rebuild.recovery import Recovery
+from memoryd.shared.rebuild.sidebyside import request, swap_lock
+from memoryd.shared.runtime import runs
+from memoryd.shared.runtime.worker import Periodic, WorkerContext, context
 
 log = logging.getLogger("memoryd.indexer")
 
@@ -57,7 +58,7 @@ def _finish(ctx: WorkerContext, agents: set[str], applied: list[IndexApplied]) -
     for agent in agents:
         ctx.bus.note_missing_vectors(agent, _writer(ctx, agent).missing_vectors())
     for a in applied:
-        ctx.bus.count(a.run, files_done=1, chunks=a.chunks, files_skipped=int(a.action == "skipped"),
+        runs.count(ctx.bus, a.run, files_done=1, chunks=a.chunks, files_skipped=int(a.action == "skipped"),
                       files_deleted=int(a.action == "deleted"))
     ctx.bus.log(applied)
 

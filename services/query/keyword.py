@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memoryd.services.query.dates import path_date
 from memoryd.services.query.ranking import DateWindow
-from memoryd.shared import fts
-from memoryd.shared.dates import path_date
-from memoryd.shared.store import chunk_count
+from memoryd.shared.index import fts
+from memoryd.shared.index.store import chunk_count
 
 #: English function words: alone they match everything, so they are not searched for
 #: (unless the query has nothing else). Content words are never in this list. The second
@@ -138,7 +138,7 @@ class KeywordQuery:
 def parse(query: str, window: DateWindow | None = None) -> KeywordQuery:
     """The query's search terms: stop words dropped, CJK runs as overlapping bigrams.
 
-    A CJK run (``部署方式``) is one phrase in ``memoryd.shared.fts.query_terms``; as a whole it
+    A CJK run (``部署方式``) is one phrase in ``memoryd.shared.index.fts.query_terms``; as a whole it
     matches only that exact run, so a question in Chinese would find nothing. Its bigrams
     (``部署``, ``署方``, ``方式``) find every chunk sharing a word with it; the share found is the score.
     """

@@ -21,11 +21,11 @@ from pydantic import Field, ValidationError
 from memoryd.services.query.auth import BearerAuth
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import GetRequest, SearchRequest, dump
-from memoryd.shared.agents import LiveSettings
-from memoryd.shared.auth import Tokens
-from memoryd.shared.config import Settings
+from memoryd.shared.config.settings import Settings
+from memoryd.shared.config.tokens import Tokens
 from memoryd.shared.exceptions import MemorydError, validation_problems
 from memoryd.shared.redact import redact
+from memoryd.shared.runtime.roster import LiveSettings
 
 #: The seed's description of memory_search (SPEC §5), word for word.
 MEMORY_SEARCH_DESCRIPTION = (

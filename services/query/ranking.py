@@ -5,7 +5,7 @@ chunks around a result through the function it is given — so each can be measu
 (bench/retrieval.py ``--set``) and tested alone (tests/test_query_ranking.py):
 
 - **dates**: a file's date is the ISO date its *name* starts with (``memory/2026-01-20.md``,
-  ``memory/2026-01-20-standup.md``; ``memoryd.shared.dates``); ``MEMORY.md`` and other files
+  ``memory/2026-01-20-standup.md``; ``memoryd.services.query.dates``); ``MEMORY.md`` and other files
   have none. The ``after``/``before`` filters keep dated files inside the window (inclusive) and drop
   undated ones: a question about a time window is about the notes of that window.
 - **source balance**: results of another source than ``memory`` (an extraPath such as
@@ -41,9 +41,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from memoryd.services.query.dates import path_date
 from memoryd.services.query.fusion import Candidate
-from memoryd.shared.config import QuerySettings
-from memoryd.shared.dates import path_date
+from memoryd.shared.config.settings import QuerySettings
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 #: Candidates MMR chooses among, × maxResults: the score order already decided the rest.

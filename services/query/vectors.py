@@ -1,6 +1,6 @@
 """The vector side of memory_search: the index's vector file, mapped, scanned, re-scored.
 
-The indexer keeps ``<agent>.vec`` beside the index (shared/vecfile.py). The query service
+The indexer keeps ``<agent>.vec`` beside the index (shared/index/vecfile.py). The query service
 ``mmap``s it — O(1) in the index's size: the kernel pages it in as the first scan reads
 it — and searches in three steps, each on fewer rows and more exact:
 
@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from memoryd.shared.indexvectors import META_DELETIONS_FLOOR, META_VECTORS_UID, index_rows, read_meta
-from memoryd.shared.vecfile import VecFile, vec_path
-from memoryd.shared.vecwriter import Rows
+from memoryd.shared.index.indexvectors import META_DELETIONS_FLOOR, META_VECTORS_UID, index_rows, read_meta
+from memoryd.shared.index.vecfile import VecFile, vec_path
+from memoryd.shared.index.vecwriter import Rows
 
 #: Rows of the scan that are re-scored with their int8 codes: with the 48-d scan, recall@10
 #: against exact search is 0.996 on ~30k real MiniLM vectors and 0.992 on 1M vectors of the same

@@ -22,9 +22,9 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
 
 from memoryd.services.session.service import NewMessage, Sessions, context_json
-from memoryd.shared.bus import Bus
-from memoryd.shared.config import Settings
-from memoryd.shared.redis_server import connect, redis_url
+from memoryd.shared.config.settings import Settings
+from memoryd.shared.runtime.bus import Bus
+from memoryd.shared.runtime.redis_server import connect, redis_url
 
 PREFIX = "/v1/agents/{agent}/sessions/{session}"
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.services.session.transcript import Message, Segment
-from memoryd.shared.chunking import count_tokens
-from memoryd.shared.config import AgentConfig, ContextPruningSettings
+from memoryd.shared.config.settings import AgentConfig, ContextPruningSettings
+from memoryd.shared.index.chunking import count_tokens
 
 #: Injected in this order (OpenClaw's bootstrap set); MEMORY.md only in the main session.
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "IDENTITY.md")

@@ -17,8 +17,8 @@ import re
 from typing import Any, Protocol
 
 from memoryd.services.session.transcript import Message
-from memoryd.shared.config import LlmSettings
-from memoryd.shared.openai_errors import provider_error
+from memoryd.shared.config.settings import LlmSettings
+from memoryd.shared.embed.openai_errors import provider_error
 
 NO_REPLY = "NO_REPLY"
 #: Lines longer than this are cut when quoted into a summary: a log line is not a decision.

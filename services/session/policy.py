@@ -9,8 +9,8 @@ from typing import Literal
 from pydantic import BaseModel
 
 from memoryd.services.session.transcript import Message, Segment
-from memoryd.shared.chunking import encoding
-from memoryd.shared.config import AgentConfig, SessionResetSettings
+from memoryd.shared.config.settings import AgentConfig, SessionResetSettings
+from memoryd.shared.index.chunking import encoding
 
 #: Compaction keeps at most this share of the flush threshold verbatim, and caps the summary
 #: at SUMMARY_SHARE of it, so a compacted session always lands well below the threshold and

@@ -53,10 +53,7 @@ from memoryd.services.session.transcript import (
     segment,
 )
 from memoryd.services.session.transcript import FlushRequested as FlushRequestedEntry
-from memoryd.shared.agents import LiveSettings
-from memoryd.shared.bus import Bus
-from memoryd.shared.chunking import count_tokens
-from memoryd.shared.config import AgentConfig, Settings
+from memoryd.shared.config.settings import AgentConfig, Settings
 from memoryd.shared.events import (
     Compacted,
     FlushFailed,
@@ -67,8 +64,11 @@ from memoryd.shared.events import (
     SessionReset,
 )
 from memoryd.shared.exceptions import MemorydError
-from memoryd.shared.worker import Periodic, run_worker
-from memoryd.shared.worker import context as worker_context
+from memoryd.shared.index.chunking import count_tokens
+from memoryd.shared.runtime.bus import Bus
+from memoryd.shared.runtime.roster import LiveSettings
+from memoryd.shared.runtime.worker import Periodic, run_worker
+from memoryd.shared.runtime.worker import context as worker_context
 
 log = logging.getLogger("memoryd.session")
 Clock = Callable[[], datetime]

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from memoryd.shared.config import Settings, with_agent
+from inline_index import index_now
+
+from memoryd.shared.config.settings import Settings, with_agent
 from memoryd.shared.exceptions import IndexMissing
-from memoryd.shared.indexing import index_now
-from memoryd.shared.redis_server import answers, redis_binary
-from memoryd.shared.store import IndexReader
+from memoryd.shared.index.store import IndexReader
+from memoryd.shared.runtime.redis_server import answers, redis_binary
 from tests.pipeline_harness import Pipeline
 from tests.support import free_port, wait_until
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from memoryd.shared.eventlog import log_dir, read
-from memoryd.shared.indexing import changed_event
-from memoryd.shared.workspace import Workspace
+from memoryd.shared.config.workspace import Workspace
+from memoryd.shared.log.eventlog import log_dir, read
+from memoryd.shared.runtime.survey import changed_event
 from tests.faults.support import FaultTimes, RedisProcess, fresh_rows, index_rows, wait_converged, write_corpus
 from tests.pipeline_harness import Pipeline
 from tests.support import wait_until

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.shared.bus import Bus
+from memoryd.shared.runtime.bus import Bus
 from tests.faults.conftest import FaultTimes
 from tests.faults.support import RedisProcess, copy_files, staged_import, wait_converged
 from tests.openai_stub import OpenAIStub

@@ -1,0 +1,146 @@
+"""The query side's embeddings: cached, one thread per provider endpoint, never awaited under a lock.
+
+A search starts its query's embedding (:meth:`QueryEmbedder.start`) before it takes the
+agent's lock, on the thread of the provider's endpoint: a hung remote provider of one
+agent then holds only its own thread, never another agent's searches nor the agent's
+index. The matrix scan that follows the embedding may only run while the search holds
+the agent's snapshot, so :class:`VectorSide` starts it (on the scan thread, beside the
+keyword side) when the embedding arrives in time, and never after :meth:`VectorSide.close`.
+A search whose embedding is late waits for it without the lock, up to
+``memorySearch.query.embedTimeoutMs`` (:func:`settle`), and answers from keywords after
+that. The embedding goes on in the background and fills the cache for the next search.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from memoryd.services.query.vectors import VectorHit
+from memoryd.shared.embed import providers
+from memoryd.shared.exceptions import ProviderError
+
+#: Query embeddings kept per process: agents repeat questions, and MiniLM takes ~5–10 ms a query.
+QUERY_CACHE_SIZE = 1024
+
+#: A query's vector, or why there is none.
+Embedded = tuple[np.ndarray | None, str | None]
+
+
+@dataclass
+class Vectors:
+    """The vector side's outcome for one search: the query vector and its hits, or why there is none."""
+
+    query: np.ndarray | None
+    reason: str | None
+    hits: list[VectorHit] = field(default_factory=list)
+
+
+def done(value: Embedded) -> Future[Embedded]:
+    future: Future[Embedded] = Future()
+    future.set_result(value)
+    return future
+
+
+class QueryEmbedder:
+    def __init__(self, cache_size: int = QUERY_CACHE_SIZE) -> None:
+        self.cache_size = cache_size
+        self.cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self.inflight: dict[tuple[str, str], Future[Embedded]] = {}
+        self.threads: dict[str, ThreadPoolExecutor] = {}
+        self.lock = threading.Lock()
+
+    def start(self, chain: Sequence[providers.Provider], text: str) -> Future[Embedded]:
+        """The query's vector: at once from the cache, else the call in flight for the same text,
+        else a new call on the endpoint's own thread."""
+        key = (chain[0].embedder, text)
+        with self.lock:
+            cached = self.cache.get(key)
+            if cached is not None:
+                self.cache.move_to_end(key)
+                return done((cached, None))
+            if key in self.inflight:
+                return self.inflight[key]
+            endpoint = providers.endpoint(chain[0])
+            if endpoint not in self.threads:
+                self.threads[endpoint] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memoryd-embed")
+            future = self.threads[endpoint].submit(self._embed, list(chain), key)
+            self.inflight[key] = future
+        return future
+
+    def _embed(self, chain: list[providers.Provider], key: tuple[str, str]) -> Embedded:
+        errors = []
+        try:
+            for provider in chain:
+                try:
+                    vector = np.asarray(provider.embed_query(key[1]), dtype=np.float32)
+                except ProviderError as exc:
+                    errors.append(str(exc))
+                    continue
+                with self.lock:
+                    self.cache[key] = vector
+                    while len(self.cache) > self.cache_size:
+                        self.cache.popitem(last=False)
+                return vector, None
+            return None, "embedding the query failed (" + "; ".join(errors) + "): answered by keyword"
+        finally:
+            with self.lock:
+                self.inflight.pop(key, None)
+
+    def close(self) -> None:
+        with self.lock:
+            threads = list(self.threads.values())
+        for pool in threads:
+            pool.shutdown(wait=False, cancel_futures=True)  # a hung provider must not hold the shutdown
+
+
+def settle(embedding: Future[Embedded], seconds: float, budget_ms: int) -> Future[Embedded]:
+    """``embedding`` once it is done, waiting at most ``seconds``; after that, a keyword-only reason."""
+    try:
+        embedding.result(timeout=max(seconds, 0.0))
+    except FutureTimeout:
+        return done((None, f"the query's embedding took longer than {budget_ms} ms "
+                           "(memorySearch.query.embedTimeoutMs): the provider is slow or not answering; "
+                           "answered by keyword"))
+    return embedding
+
+
+class VectorSide:
+    """One search's scan of the agent's vectors, allowed only while the search holds its snapshot."""
+
+    def __init__(self, embedding: Future[Embedded], scan: Callable[[np.ndarray], list[VectorHit]],
+                 pool: Executor) -> None:
+        self.embedding = embedding
+        self.scan = scan
+        self.pool = pool
+        self.lock = threading.Lock()
+        self.open = True
+        self.scanning: Future[Vectors] | None = None
+        embedding.add_done_callback(self._embedded)
+
+    def _embedded(self, embedding: Future[Embedded]) -> None:
+        if embedding.cancelled() or embedding.exception() is not None:
+            return
+        vector, _ = embedding.result()
+        with self.lock:
+            if self.open and vector is not None:
+                self.scanning = self.pool.submit(lambda: Vectors(vector, None, self.scan(vector)))
+
+    def close(self) -> Vectors | None:
+        """No scan may start after this; → the vector side's outcome, or None if the embedding is
+        not there yet. Waits only for a scan already started (bounded by the matrix, not the provider)."""
+        with self.lock:
+            self.open = False
+            scanning = self.scanning
+        if scanning is not None:
+            return scanning.result()
+        if not self.embedding.done():
+            return None
+        vector, reason = self.embedding.result()
+        return Vectors(None, reason) if vector is None else Vectors(vector, None, self.scan(vector))

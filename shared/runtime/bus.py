@@ -1,0 +1,176 @@
+"""Redis: queues between stages, per-agent sequence numbers, the event log, run counters.
+
+Stages never call each other; they enqueue the next stage's job by its name (``"embed"``,
+registered by the service that owns it: :func:`register_jobs`) with the event as JSON. Every emitted event is first
+appended to the agent's durable log on disk (``memoryd.shared.log.eventlog``): Redis carries the work,
+the log keeps the record.
+
+**One Redis, several installations.** Every queue and key carries the installation's
+namespace (``Settings.namespace``: ``memoryd.namespace``, else derived from the state dir),
+so two ``memoryd up`` on one Redis never take each other's jobs or numbers.
+
+**Two lanes per stage.** Each stage has an *edit* queue and a *bulk* queue, and workers
+take the edit queue first (RQ dequeues its queues in order). A person's or an agent's edit
+(the watcher) goes on the edit lane; ``memoryd index``, reconciles and backfills on the bulk
+lane; a job's follow-up work stays in its lane. So a 10,000-file import of one agent delays
+another agent's edit by at most one bulk job per stage.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Sequence
+
+import redis
+from rq import Queue, Retry, get_current_job
+
+from memoryd.shared import defaults as d
+from memoryd.shared.config.settings import Settings
+from memoryd.shared.events import Event
+from memoryd.shared.log.eventlog import EventLog
+
+#: One queue per stage and lane, so each scales and retries on its own.
+STAGES = ("chunk", "embed", "index", "session")
+#: The lanes of every stage, in the order workers take them.
+LANES = ("edit", "bulk")
+
+
+def queue_name(namespace: str, stage: str, lane: str = "edit") -> str:
+    """``memoryd-<namespace>-<stage>`` (the edit lane) or ``memoryd-<namespace>-<stage>-bulk``."""
+    return f"memoryd-{namespace}-{stage}" + ("" if lane == "edit" else f"-{lane}")
+
+
+#: Job name → the dotted name of its function. The services that own the jobs fill it when
+#: imported (``memoryd.services.pipeline``, ``memoryd.services.session``): shared/ names no service.
+JOBS: dict[str, str] = {}
+#: Job name → the stage whose queues carry it.
+JOB_STAGE: dict[str, str] = {}
+
+
+def register_jobs(jobs: dict[str, tuple[str, str]]) -> None:
+    """Make ``name → (stage, dotted function)`` jobs known to every :meth:`Bus.enqueue` of this process."""
+    for name, (stage, function) in jobs.items():
+        if stage not in STAGES:
+            raise ValueError(f"job {name!r}: unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
+        JOBS[name], JOB_STAGE[name] = function, stage
+
+
+#: The key whose value changes when Redis lost its data (shared/rebuild/recovery.py): set by the
+#: first emit into an empty Redis, watched by the indexers.
+LOG_EPOCH = "log-epoch"
+# seq = max(last + 1, now in µs): strictly increasing, and still increasing after Redis
+# lost its data, so an old event can never look newer than what the index holds.
+_NEXT_SEQ = """
+local now = tonumber(ARGV[1])
+local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+local nxt = math.max(last + 1, now)
+redis.call('SET', KEYS[1], nxt)
+return nxt
+"""
+
+
+class Bus:
+    """What a stage needs of Redis: emit events, number them, count a run's progress."""
+
+    def __init__(self, conn: redis.Redis, settings: Settings) -> None:
+        self.conn = conn
+        self.settings = settings
+        self.namespace = settings.namespace
+        self._next_seq = conn.register_script(_NEXT_SEQ)
+        self.record = EventLog(settings)
+        #: The edit lane of each stage; ``lanes(stage)`` gives both, in the order workers take them.
+        self.queues = {stage: Queue(queue_name(self.namespace, stage), connection=conn) for stage in STAGES}
+        self.bulk = {stage: Queue(queue_name(self.namespace, stage, "bulk"), connection=conn) for stage in STAGES}
+
+    def lanes(self, stage: str) -> list[Queue]:
+        return [self.queues[stage], self.bulk[stage]]
+
+    def key(self, *parts: str) -> str:
+        """This installation's Redis key ``memoryd:<namespace>:<part>:…``."""
+        return ":".join(("memoryd", self.namespace, *parts))
+
+    def job_id(self, name: str) -> str:
+        """A deterministic job id (at most one such job at a time) of this installation."""
+        return f"{self.namespace}-{name}"
+
+    def next_seq(self, agent: str) -> int:
+        return int(self._next_seq(keys=[self.key("seq", agent)], args=[int(time.time() * 1_000_000)]))
+
+    def log(self, events: Sequence[Event]) -> None:
+        """Append ``events`` to their agents' durable logs (texts and vectors stored by hash)."""
+        self.record.append(events)
+
+    def enqueue(self, job: str, *args: object, job_id: str | None = None, bulk: bool | None = None) -> None:
+        """Queue ``JOBS[job]`` on its stage's queue with the configured retries, timeout and TTLs.
+
+        ``bulk``: the lane; None = the lane of the job running now (the edit lane outside a job)."""
+        if job not in JOBS:
+            raise LookupError(f"no service registered the job {job!r} in this process: the service that owns it "
+                              "registers its jobs when its package is imported; import it before enqueueing")
+        stage = JOB_STAGE[job]
+        m = self.settings.memoryd
+        if bulk is None:
+            current = get_current_job()
+            bulk = current is not None and current.origin.endswith("-bulk")
+        (self.bulk if bulk else self.queues)[stage].enqueue(
+            JOBS[job],
+            *args,
+            job_id=job_id,
+            retry=Retry(max=m.job_retries, interval=d.RETRY_INTERVALS) if m.job_retries else None,
+            job_timeout=m.job_timeout_seconds,
+            result_ttl=60,
+            failure_ttl=m.failure_ttl_seconds,
+        )
+
+    def emit(self, job: str, events: Sequence[Event], *, job_id: str | None = None,
+             bulk: bool | None = None) -> None:
+        """Log ``events`` and enqueue them, as one batch, for the job ``job`` (a key of JOBS)."""
+        if not events:
+            return
+        self.log(events)
+        payloads = [e.model_dump_json() for e in events]
+        self.enqueue(job, payloads, job_id=job_id, bulk=bulk)
+        # Redis holds queued work now: a new value here after a flush tells recovery it lost some.
+        self.conn.set(self.key(LOG_EPOCH), uuid.uuid4().hex, nx=True)
+
+    def note_reconciled(self, agent: str) -> None:
+        self.conn.hset(self.key("reconciled"), agent, time.time())
+
+    def plant_marker(self) -> None:
+        """Set the key whose absence later tells the watcher that Redis lost its data."""
+        self.conn.set(self.key("marker"), time.time())
+
+    def marker_gone(self) -> bool:
+        """Whether Redis lost its data (restarted without saving, ``FLUSHALL``) since :meth:`plant_marker`."""
+        return not self.conn.exists(self.key("marker"))
+
+    def last_reconciled(self) -> dict[str, float]:
+        return {k.decode(): float(v) for k, v in self.conn.hgetall(self.key("reconciled")).items()}
+
+    def note_provider_error(self, agent: str, error: str | None) -> None:
+        """The embedder's last provider failure for ``agent`` (None: it worked again)."""
+        if error is None:
+            self.conn.hdel(self.key("provider-errors"), agent)
+        else:
+            self.conn.hset(self.key("provider-errors"), agent, json.dumps({"at": time.time(), "error": error}))
+
+    def provider_errors(self) -> dict[str, dict[str, object]]:
+        return {k.decode(): json.loads(v) for k, v in self.conn.hgetall(self.key("provider-errors")).items()}
+
+    def note_missing_vectors(self, agent: str, missing: int) -> None:
+        self.conn.hset(self.key("missing-vectors"), agent, missing)
+
+    def agents_missing_vectors(self) -> dict[str, int]:
+        raw = self.conn.hgetall(self.key("missing-vectors"))
+        return {k.decode(): int(v) for k, v in raw.items() if int(v) > 0}
+
+    def forget(self, agent: str) -> None:
+        """Drop what Redis holds for ``agent`` (``memoryd agents remove``): its sequence number
+        and its fields in the status hashes."""
+        pipe = self.conn.pipeline(transaction=False)
+        pipe.delete(self.key("seq", agent))
+        for table in ("reconciled", "provider-errors", "missing-vectors"):
+            pipe.hdel(self.key(table), agent)
+        pipe.execute()

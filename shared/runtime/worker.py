@@ -1,0 +1,355 @@
+"""Run one stage's RQ worker, and give its job functions their process context.
+
+Workers are RQ ``SimpleWorker`` s (no fork per job: ~5× the job rate of the forking
+worker here, and models stay loaded). Job functions are plain top-level functions that
+take event JSON; they reach the process's settings and Redis through :func:`context`,
+which ``run_worker`` (or ``memoryd index``'s in-process burst workers) sets up.
+
+A worker killed with ``kill -9`` leaves its job started, half-started or in RQ's
+intermediate queue until RQ's heartbeat and maintenance intervals pass (minutes). Each
+worker therefore sweeps, at start and every few seconds, the jobs held by dead workers
+*on this host* (their pid is gone) and requeues them at once (:func:`requeue_orphans`).
+
+Failed jobs are retried 1, 5 and 20 s later: each worker records a failed try's error on
+the job and moves retries that are due back onto the queue (``shared/runtime/retries.py``). A worker
+outlives a Redis outage: it waits for Redis with backoff, requeues the job it was running
+when Redis went away, and works on (:func:`run_worker`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import redis
+from rq import Queue, SimpleWorker
+from rq.defaults import DEFAULT_WORKER_TTL
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
+from rq.registry import FailedJobRegistry, StartedJobRegistry
+from rq.results import Result
+from rq.utils import as_text, now, parse_composite_key
+
+from memoryd.shared import defaults as d
+from memoryd.shared.config import registry
+from memoryd.shared.config.settings import Settings, reload_agents
+from memoryd.shared.exceptions import ConfigError
+from memoryd.shared.redact import redact
+from memoryd.shared.runtime.bus import JOBS, Bus
+from memoryd.shared.runtime.redis_server import wait_for_redis
+from memoryd.shared.runtime.retries import RetryScheduler, note_error, release_lock_of, scheduler_lock_holder
+
+log = logging.getLogger("memoryd.worker")
+
+HOST = socket.gethostname()
+#: How long a worker's Redis connections wait for a reply: RQ blocks in BLPOP for up to its
+#: dequeue timeout (the worker TTL − 15 s) and wants 10 s more (``rq.Worker.connection_timeout``).
+WORKER_READ_TIMEOUT = max(1, DEFAULT_WORKER_TTL - 15) + 10
+
+
+@dataclass
+class WorkerContext:
+    settings: Settings
+    redis_bus: Bus | None = None
+    #: Per-process objects, least recently used first; at most WORKER_MEMO_ENTRIES.
+    cache: OrderedDict[str, Any] = field(default_factory=OrderedDict)
+    registry_stamp: tuple[int, int, int] | None = None
+    #: ``memoryd index`` runs its stages as threads of one process, sharing this context.
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.registry_stamp = registry.stamp(self.settings.state_dir)
+
+    @property
+    def bus(self) -> Bus:
+        if self.redis_bus is None:
+            raise RuntimeError("this in-process run has no Redis bus")
+        return self.redis_bus
+
+    def memo(self, key: str, make: Callable[[], Any]) -> Any:
+        """A per-process object (a provider, an open index) made once and kept while it is among
+        the WORKER_MEMO_ENTRIES most recently used: one worker serves any number of agents
+        without holding every agent's index open. An evicted object is closed if it can be."""
+        with self.lock:
+            if key in self.cache:
+                self.cache.move_to_end(key)
+                return self.cache[key]
+        value = make()  # outside the lock: loading a model must not hold up the other stages
+        with self.lock:
+            self.cache[key] = value
+            evicted = [self.cache.popitem(last=False)[1] for _ in range(len(self.cache) - d.WORKER_MEMO_ENTRIES)]
+        for old in evicted:
+            _close(old)
+        return value
+
+    def ensure_agent(self, agent_id: str) -> None:
+        """Follow the agent registry: reload the agents when it changed (``memoryd agents add`` /
+        ``remove``, ``memoryd index --workspace``), or when ``agent_id`` is unknown. A removed
+        agent's jobs fail with UnknownAgent; its writer, if open, ages out of :meth:`memo`."""
+        stamp = registry.stamp(self.settings.state_dir)
+        if stamp != self.registry_stamp or agent_id not in self.settings.agent_ids():
+            self.registry_stamp = stamp
+            try:
+                self.settings = reload_agents(self.settings)
+            except ConfigError as exc:  # a hand edit gone wrong: the agents as they were go on
+                log.warning("agent registry not reloaded: %s", exc)
+            self.settings.agent(agent_id)  # unknown (or removed): UnknownAgent names the fix
+
+
+def _close(value: object) -> None:
+    close = getattr(value, "close", None)
+    if callable(close):
+        close()
+
+
+_context: WorkerContext | None = None
+
+
+def set_context(settings: Settings, conn: redis.Redis) -> WorkerContext:
+    global _context
+    _context = WorkerContext(settings=settings, redis_bus=Bus(conn, settings))
+    return _context
+
+
+def context() -> WorkerContext:
+    if _context is None:
+        raise RuntimeError("job run outside a memoryd worker: start it with `memoryd worker STAGE`")
+    return _context
+
+
+def worker_name(stage: str) -> str:
+    return f"memoryd-{stage}.{HOST}.{os.getpid()}"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _dead_here(name: str) -> bool:
+    """Whether ``name`` is one of our worker names on this host whose process is gone."""
+    parts = (name or "").rsplit(".", 1)
+    return len(parts) == 2 and parts[1].isdigit() and parts[0].endswith("." + HOST) and not pid_alive(int(parts[1]))
+
+
+def _requeue(queue: Queue, job_id: str) -> bool:
+    conn = queue.connection
+    conn.lrem(queue.intermediate_queue_key, 0, job_id)
+    try:
+        job = Job.fetch(job_id, connection=conn)
+    except NoSuchJobError:
+        return False
+    StartedJobRegistry(queue=queue).remove_executions(job)
+    if job.get_status() in (JobStatus.FINISHED, JobStatus.FAILED) or job_id in queue.get_job_ids():
+        return False
+    queue.enqueue_job(job)
+    return True
+
+
+def release_jobs(worker: SimpleWorker) -> int:
+    """Requeue every job ``worker`` holds on any of its queues and record its death; → how many.
+
+    Only for a worker that runs no job: one whose process died, or this process's own
+    worker after its loop ended on a lost Redis."""
+    conn = worker.connection
+    executions = {parse_composite_key(as_text(k))[0] for k in conn.smembers(worker.executions_key)}
+    moved = 0
+    for queue in worker.queues:
+        held = set()
+        for job_id in executions | set(StartedJobRegistry(queue=queue).get_job_ids(cleanup=False)):
+            job = Job.fetch(job_id, connection=conn) if Job.exists(job_id, connection=conn) else None
+            ours = job is not None and (job_id in executions or job.worker_name == worker.name)
+            if ours and job.origin == queue.name:
+                held.add(job_id)
+        for job_id in sorted(held):
+            if _requeue(queue, job_id):
+                moved += 1
+                log.warning("requeued job %s held by worker %s", job_id, worker.name)
+    worker.register_death()
+    return moved
+
+
+def requeue_orphans(queue: Queue) -> int:
+    """Requeue the jobs that workers of this host, now dead (``kill -9``), were holding.
+
+    A dead worker can leave a job in three states: started with its name on the job;
+    half-started (in the started registry and the worker's executions, status still
+    queued); or only moved to RQ's intermediate queue. RQ itself recovers them after its
+    heartbeat and maintenance intervals (minutes); this does it in seconds.
+    """
+    moved = 0
+    for worker in SimpleWorker.all(queue=queue):
+        if _dead_here(worker.name):
+            moved += release_jobs(worker)
+    holder = scheduler_lock_holder(queue)
+    if holder and _dead_here(holder):
+        release_lock_of(queue, holder)  # its retries are promoted by a live worker within a second
+        log.warning("freed the retry scheduler lock of dead worker %s on %s", holder, queue.name)
+    started = set(StartedJobRegistry(queue=queue).get_job_ids(cleanup=False))
+    intermediate = queue.intermediate_queue
+    for job_id in intermediate.get_job_ids():
+        if job_id in started:
+            continue
+        intermediate.set_first_seen(job_id)
+        seen = intermediate.get_first_seen(job_id)
+        if seen and (now() - seen).total_seconds() > d.STUCK_INTERMEDIATE_SECONDS and _requeue(queue, job_id):
+            moved += 1
+            log.warning("requeued job %s stuck in the intermediate queue", job_id)
+    return moved
+
+
+#: Job names of memoryd 0.1, before the code moved into the ``memoryd`` package → today's job.
+LEGACY_JOBS = {
+    "services.chunker.chunk_job": "chunk",
+    "services.embedder.embed_job": "embed",
+    "services.embedder.backfill_job": "backfill",
+    "services.indexer.index_job": "index",
+    "services.indexer.fill_job": "fill",
+    "services.session.flush_job": "flush",
+    "services.session.compact_job": "compact",
+    "services.session.session_memory_job": "session_memory",
+}
+
+
+def migrate_legacy_jobs(queue: Queue, bus: Bus) -> int:
+    """Re-enqueue jobs queued under a pre-package dotted name (``services.…``) under today's name.
+
+    A job whose old name has no successor is failed with a message saying what to do, so
+    it never crashes a worker with an ImportError. → how many jobs were moved or failed.
+    """
+    touched = 0
+    for job in Job.fetch_many(queue.get_job_ids(), connection=queue.connection):
+        if job is None or job.func_name.startswith("memoryd."):
+            continue
+        queue.remove(job)
+        touched += 1
+        successor = LEGACY_JOBS.get(job.func_name)
+        if successor is None:
+            why = (f"job {job.id} names {job.func_name!r}, which this memoryd does not have; "
+                   "re-run `memoryd index --agent AGENT` to queue its work again, then delete the job")
+            ttl = bus.settings.memoryd.failure_ttl_seconds
+            job.set_status(JobStatus.FAILED)
+            Result.create_failure(job, ttl, exc_string=why)
+            FailedJobRegistry(queue=queue).add(job, ttl=ttl, exc_string=why)
+            log.warning("failed job %s: unknown job name %s", job.id, job.func_name)
+            continue
+        args = job.args
+        job.delete()
+        bus.enqueue(successor, *args, job_id=job.id)
+        log.warning("moved job %s from %s to %s", job.id, job.func_name, JOBS[successor])
+    return touched
+
+
+class Periodic(threading.Thread):
+    """Call ``action`` every ``every`` seconds until ``stop`` is set (at once first, with
+    ``immediately``). An error of the ``errors`` kinds is logged and the loop goes on: a
+    Redis blip must not end a background duty of a long-running process."""
+
+    def __init__(self, name: str, every: float, action: Callable[[], object], *,
+                 errors: tuple[type[BaseException], ...], immediately: bool = False) -> None:
+        super().__init__(daemon=True, name=name)
+        self.every = every
+        self.action = action
+        self.errors = errors
+        self.immediately = immediately
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        if not self.immediately and self.stop.wait(self.every):
+            return
+        while True:
+            try:
+                self.action()
+            except self.errors as exc:
+                log.warning("%s failed (next try in %.0fs): %s", self.name, self.every, exc)
+            if self.stop.wait(self.every):
+                return
+
+
+class StageWorker(SimpleWorker):
+    """RQ's SimpleWorker that remembers a stop request (SIGTERM, Ctrl-C), and while idle pings a
+    lost Redis no more than REDIS_BACKOFF_MAX_SECONDS apart (RQ's own cap is a minute)."""
+
+    max_connection_wait_time = d.REDIS_BACKOFF_MAX_SECONDS
+    stop_requested = False
+
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_requested = True
+        super().request_stop(signum, frame)
+
+
+def fit_read_timeout(conn: redis.Redis) -> None:
+    """Give every connection of ``conn``'s pool WORKER_READ_TIMEOUT.
+
+    RQ raises the pool's timeout for the connections made after a worker starts, not for the
+    ones already open, and redis-py 8 gives those a 5 s read timeout: a BLPOP that drew one
+    (the process's first ping, a duty thread's first call) failed after 5 s — "could not
+    connect to Redis instance", then up to 5 s of backoff with jobs waiting — every few
+    seconds in an idle indexer. The pool's connections are dropped and made anew."""
+    pool = conn.connection_pool
+    if (pool.connection_kwargs.get("socket_timeout") or 0) < WORKER_READ_TIMEOUT:
+        pool.connection_kwargs["socket_timeout"] = WORKER_READ_TIMEOUT
+        pool.reset()
+
+
+def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool = False) -> None:
+    """Work ``stage``'s queues, the edit lane first, until stopped (or until they are empty, with ``burst``).
+
+    Beside the work loop run the orphan sweep and the retry scheduler (threads). Losing
+    Redis does not end the process: RQ's loop waits out an outage while idle; when a job
+    or RQ's bookkeeping hits it and the loop ends, the worker waits for Redis with backoff,
+    requeues the job it held, and works on under the same name.
+    """
+    fit_read_timeout(conn)
+    queues = set_context(settings, conn).bus.lanes(stage)
+    for queue in queues:
+        migrate_legacy_jobs(queue, context().bus)
+        requeue_orphans(queue)
+    name = worker_name(stage)
+    retries = RetryScheduler(queues, name)
+    duties = [Periodic("orphan-sweeper", d.ORPHAN_SWEEP_SECONDS, lambda: [requeue_orphans(q) for q in queues],
+                       errors=(redis.RedisError,)),
+              Periodic("retry-scheduler", d.RETRY_PROMOTE_SECONDS, retries.promote, errors=(redis.RedisError,),
+                       immediately=True)]
+    if not burst:
+        for duty in duties:
+            duty.start()
+    stopping = threading.Event()
+    worker: StageWorker | None = None
+    try:
+        while True:
+            try:
+                if worker is not None:
+                    release_jobs(worker)  # the job it ran when Redis went away, if Redis kept it
+                worker = StageWorker(queues, connection=conn, name=name, exception_handlers=[note_error])
+                worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
+            except redis.RedisError as exc:
+                log.warning("worker %s lost Redis: %s", name, redact(str(exc)))
+            if burst or (worker is not None and worker.stop_requested):
+                return
+            for signum in (signal.SIGTERM, signal.SIGINT):  # RQ's handlers end with its loop
+                signal.signal(signum, lambda *_: stopping.set())
+            if stopping.wait(d.REDIS_BACKOFF_SECONDS) or not wait_for_redis(conn, stopping, who=name):
+                return
+    finally:
+        for duty in duties:
+            duty.stop.set()
+        if not burst:
+            try:
+                retries.release()
+            except redis.RedisError as exc:
+                log.warning("could not release the retry scheduler lock of %s: %s", name, redact(str(exc)))
