@@ -45,7 +45,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # tests/inline_index.py: the pi
 
 from inline_index import index_now  # noqa: E402
 
-from memoryd.shared.config.settings import Settings, load_settings  # noqa: E402
+from memoryd.shared.config.loader import load_settings  # noqa: E402
+from memoryd.shared.config.settings import Settings  # noqa: E402
 from memoryd.shared.exceptions import IndexMissing  # noqa: E402
 from memoryd.shared.index.store import IndexReader  # noqa: E402
 from memoryd.shared.runtime.bus import Bus  # noqa: E402

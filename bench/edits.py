@@ -34,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from memoryd.shared.config.settings import load_settings  # noqa: E402
+from memoryd.shared.config.loader import load_settings  # noqa: E402
 from memoryd.shared.embed.providers import HashProvider  # noqa: E402
 from memoryd.shared.events import ChunkData  # noqa: E402
 from memoryd.shared.index.chunking import Chunker, encoding, sha256_text  # noqa: E402

@@ -38,9 +38,10 @@ import edits  # noqa: E402 - bench/edits.py, beside this script
 import redis as redis_client  # noqa: E402
 from inline_index import index_now  # noqa: E402
 from rq import SimpleWorker  # noqa: E402
+from support import match_expression  # noqa: E402 - tests/support.py
 
-from memoryd.shared.config.settings import load_settings  # noqa: E402
-from memoryd.shared.index.fts import match_expression, query_terms  # noqa: E402
+from memoryd.shared.config.loader import load_settings  # noqa: E402
+from memoryd.shared.index.fts import query_terms  # noqa: E402
 from memoryd.shared.index.store import IndexReader  # noqa: E402
 from memoryd.shared.runtime.bus import Bus  # noqa: E402
 from memoryd.shared.runtime.redis_server import start_private_redis  # noqa: E402

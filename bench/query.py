@@ -199,7 +199,7 @@ def cold_start(state: Path) -> float:
 def probe(state: Path, n_queries: int) -> dict:
     from memoryd.services.query.engine import QueryService
     from memoryd.services.query.models import SearchRequest
-    from memoryd.shared.config.settings import load_settings
+    from memoryd.shared.config.loader import load_settings
 
     settings = load_settings(state / "memoryd.json", state_dir=state)
     service = QueryService(settings)

@@ -32,7 +32,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # tests/inline_index.py: the pi
 from inline_index import index_now  # noqa: E402
 
 from memoryd.services.pipeline.embedder import embed_files  # noqa: E402
-from memoryd.shared.config.settings import Settings, load_settings  # noqa: E402
+from memoryd.shared.config.loader import load_settings  # noqa: E402
+from memoryd.shared.config.settings import Settings  # noqa: E402
 from memoryd.shared.embed import providers  # noqa: E402
 from memoryd.shared.events import FileChanged, FileChunked  # noqa: E402
 from memoryd.shared.index.apply import apply, open_writer  # noqa: E402

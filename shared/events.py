@@ -69,8 +69,9 @@ class ChunkData(BaseModel):
     text: str
 
 
-class FileChunked(FileEvent):
-    type: Literal["file.chunked"] = "file.chunked"
+class _Chunked(FileEvent):
+    """A file as the chunker cut it: what FileChunked and ChunksEmbedded both carry."""
+
     source: str
     sha256: str
     size: int
@@ -78,6 +79,10 @@ class FileChunked(FileEvent):
     #: Chunker settings + tokenizer the chunks were made with (part of the index fingerprint).
     chunker: str
     chunks: list[ChunkData]
+
+
+class FileChunked(_Chunked):
+    type: Literal["file.chunked"] = "file.chunked"
 
 
 class FileSkipped(FileEvent):
@@ -114,14 +119,8 @@ class VectorData(BaseModel):
         return raw.reshape(self.windows, self.dims)
 
 
-class ChunksEmbedded(FileEvent):
+class ChunksEmbedded(_Chunked):
     type: Literal["chunks.embedded"] = "chunks.embedded"
-    source: str
-    sha256: str
-    size: int
-    mtime: float
-    chunker: str
-    chunks: list[ChunkData]
     #: Provider fingerprint the vectors belong to ("local:all-MiniLM-L6-v2-int8:384:w96/24").
     embedder: str
     provider: str
@@ -144,7 +143,7 @@ class VectorsFilled(Event):
 
 class IndexApplied(FileEvent):
     type: Literal["index.applied"] = "index.applied"
-    action: Literal["replaced", "deleted", "skipped", "stale", "unchanged"]
+    action: Literal["replaced", "deleted", "skipped", "stale"]
     sha256: str | None = None
     chunks: int = 0
     chunks_added: int = 0
@@ -212,5 +211,10 @@ _ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
 
 
 def parse_event(raw: str | bytes) -> AnyEvent:
-    """Any event from its JSON; a wrong ``type`` or field names what is wrong."""
-    return _ADAPTER.validate_json(raw)
+    """Any event from its JSON; a wrong ``type`` or field names what is wrong, and an event of a newer
+    schema than this memoryd's (a log written by a later release) is refused rather than misread."""
+    event = _ADAPTER.validate_json(raw)
+    if event.version > SCHEMA_VERSION:
+        raise ValueError(f"{event.type} event {event.event_id} of agent {event.agent} has schema version "
+                         f"{event.version}; this memoryd reads up to {SCHEMA_VERSION}: upgrade memoryd to read it")
+    return event

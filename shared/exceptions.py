@@ -50,21 +50,9 @@ class PathRefused(MemorydError):
     http_status = 403
 
 
-class FileRejected(MemorydError):
-    """A memory file that cannot be indexed (binary, not UTF-8, too big). Reported and skipped."""
-
-    code = "file_rejected"
-    http_status = 422
-
-
 class IndexMissing(MemorydError):
     code = "index_missing"
     http_status = 404
-
-
-class FingerprintMismatch(MemorydError):
-    code = "fingerprint_mismatch"
-    http_status = 409
 
 
 class SqliteExtensionUnavailable(MemorydError):

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.config.loader import load_settings
+from memoryd.shared.config.settings import Settings
 
 #: In b's memory only; a search or read on a's behalf must never show them.
 B_SECRET = "zanzibar quokka b-only-fact"

@@ -19,7 +19,8 @@ import redis
 
 import memoryd.services.pipeline  # noqa: F401  (the stages register their jobs with the bus)
 import memoryd.services.session  # noqa: F401  (so do the session jobs)
-from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.config.loader import load_settings
+from memoryd.shared.config.settings import Settings
 from memoryd.shared.runtime.redis_server import start_private_redis
 
 _db_numbers = itertools.cycle(range(1, 16))

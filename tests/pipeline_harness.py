@@ -16,7 +16,7 @@ from memoryd.shared.exceptions import IndexMissing
 from memoryd.shared.index.store import IndexReader
 from memoryd.shared.log.eventlog import EventLog, hydrate, log_dir, read
 from memoryd.shared.runtime.bus import Bus
-from tests.support import wait_until
+from tests.support import match_expression, wait_until
 
 __all__ = ["Pipeline", "wait_until"]
 
@@ -99,7 +99,7 @@ class Pipeline:
                                  "WHERE path = ? ORDER BY start_line, id", (path,))
 
     def keyword(self, agent: str, phrase: str) -> list[str]:
-        from memoryd.shared.index.fts import match_expression, query_terms
+        from memoryd.shared.index.fts import query_terms
 
         rows = self.query(agent, "SELECT c.path FROM chunks_fts f JOIN chunks c ON c.id = f.rowid "
                                  "WHERE chunks_fts MATCH ?", (match_expression(query_terms(phrase), operator="AND"),))

@@ -29,7 +29,8 @@ from inline_index import index_now
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.config.loader import load_settings
+from memoryd.shared.config.settings import Settings
 
 FIXTURE = Path(__file__).parent / "fixtures" / "recall"
 #: recall@k for these k; 6 is the default maxResults, 10 what users raise it to.

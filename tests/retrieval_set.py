@@ -16,7 +16,8 @@ from inline_index import index_now
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.config.loader import load_settings
+from memoryd.shared.config.settings import Settings
 
 FIXTURE = Path(__file__).parent / "fixtures" / "retrieval"
 #: recall@k is reported for these k; the largest is the default maxResults.

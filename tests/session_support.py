@@ -8,7 +8,8 @@ from pathlib import Path
 import redis
 
 from memoryd.services.session.service import Sessions
-from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.config.loader import load_settings
+from memoryd.shared.config.settings import Settings
 from memoryd.shared.index.chunking import count_tokens
 from memoryd.shared.log.eventlog import log_dir, read
 from memoryd.shared.runtime.bus import Bus

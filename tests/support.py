@@ -1,4 +1,4 @@
-"""The two helpers every kind of test needs: a free loopback port, and a bounded wait."""
+"""The helpers every kind of test needs: a free loopback port, a bounded wait, an exact FTS5 query."""
 
 from __future__ import annotations
 
@@ -46,3 +46,9 @@ def foreign_packages_dir(path: Path) -> Path:
         (path / name / "__init__.py").write_text(f"raise ImportError('the user\\'s own {name} package')\n")
         (path / name / "cli.py").write_text("raise SystemExit('wrong cli')\n")
     return path
+
+
+def match_expression(terms: list[str], *, operator: str = "OR") -> str:
+    """An FTS5 MATCH expression; each term quoted so no query text is read as syntax."""
+    quoted = ['"' + t.replace('"', '""') + '"' for t in terms]
+    return f" {operator} ".join(quoted)

@@ -14,7 +14,8 @@ from inline_index import index_now
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.config.settings import ExtraPath, load_settings
+from memoryd.shared.config.loader import load_settings
+from memoryd.shared.config.settings import ExtraPath
 from memoryd.shared.config.tokens import Tokens
 from memoryd.shared.events import FileDeleted
 from memoryd.shared.exceptions import ConfigError, UnknownAgent

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import redis
 
-from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.config.loader import load_settings
+from memoryd.shared.config.settings import Settings
 from memoryd.shared.events import ChunksEmbedded, FileChanged, FileDeleted, VectorData
 from memoryd.shared.exceptions import BadRequest
 from memoryd.shared.index.chunking import Chunker
@@ -131,7 +132,7 @@ def test_delta_manifests_resolve_to_every_version(tmp_path: Path) -> None:
     versions = [lines, lines + ["- appended"], lines[:100] + ["- inserted"] + lines[100:] + ["- appended"],
                 lines[20:], lines[:50], lines]
     refs = []
-    for version in versions * 4:  # more versions than MAX_DELTA_DEPTH: a full list is stored again
+    for version in versions * 4:  # more versions than CONTENT_MAX_DELTA_DEPTH: a full list is stored again
         chunks = chunker.chunk("\n".join(version))
         (ref,) = store.put_files([("memory/d.md", [ChunkRef(c.hash, c.start_line, c.end_line, c.tokens)
                                                    for c in chunks], {c.hash: c.text for c in chunks})])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from inline_index import index_now
 
-from memoryd.shared.config.settings import load_settings
+from memoryd.shared.config.loader import load_settings
 from memoryd.shared.embed.providers import resolve
 from memoryd.shared.events import ChunkData, ChunksEmbedded, FileDeleted, VectorData
 from memoryd.shared.exceptions import ConfigError

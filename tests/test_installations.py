@@ -14,7 +14,7 @@ import pytest
 import redis
 from rq import SimpleWorker
 
-from memoryd.shared.config.settings import load_settings
+from memoryd.shared.config.loader import load_settings
 from memoryd.shared.runtime.bus import STAGES
 from memoryd.shared.runtime.redis_server import redis_binary
 from tests.pipeline_harness import Pipeline, wait_until

@@ -17,7 +17,7 @@ from rq.registry import FailedJobRegistry
 
 from memoryd.services.pipeline.watcher import AgentWatch
 from memoryd.services.query.http import create_app
-from memoryd.shared.config.settings import load_settings
+from memoryd.shared.config.loader import load_settings
 from memoryd.shared.config.workspace import Workspace
 from memoryd.shared.events import FileChanged, FileSkipped, parse_event
 from memoryd.shared.exceptions import BadRequest, ConfigError

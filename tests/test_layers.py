@@ -10,7 +10,7 @@
 - the query and session services import only ``shared/`` and their own package;
 - only the CLI (the edge) may import every service;
 - nothing imports the bare top-level names ``services`` or ``shared`` (the installed
-  package is ``memoryd``), and only configuration loading reads the environment.
+  package is ``memoryd``), and only ``shared/config/environment.py`` reads the environment.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SERVICES = ROOT / "services"
 SHARED = ROOT / "shared"
-#: The only modules that may read os.environ: the settings loader, `up` handing it to children,
-#: and locate (the state dir and config file found before settings load, for the CLI's fast path).
-ENVIRONMENT_READERS = {SHARED / "config" / "settings.py", SERVICES / "cli" / "up.py", SERVICES / "cli" / "locate.py"}
+#: The one module that reads os.environ (the settings loader and the CLI's fast path both ask it).
+ENVIRONMENT_READERS = {SHARED / "config" / "environment.py"}
 #: shared/'s subpackages, lowest first; the root modules (events, exceptions, defaults, ...) sit below them all.
 SHARED_LAYERS = ["config", "embed", "index", "log", "runtime", "rebuild"]
 

@@ -41,7 +41,7 @@ def test_log_diff_names_each_change_and_who_wrote_it(workspace: Path, make_setti
         p.start("chunk", "embed", "index")
         daily.write_text("- met Ana about the launch\n- budget is 10k\n- next review in May\n")
         old.write_text("- an old note\n- that goes away\n")
-        p.cli("index", "--agent", AGENT, "--json")  # the CLI indexes the first versions
+        p.cli("index", "--agent", AGENT, "--wait", "--json")  # the CLI indexes the first versions, and waits for them
         time.sleep(1.1)
         since = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         time.sleep(1.1)

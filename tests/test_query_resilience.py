@@ -25,7 +25,8 @@ from inline_index import index_now
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.http import create_app
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.config.loader import load_settings
+from memoryd.shared.config.settings import Settings
 from tests.openai_stub import OpenAIStub
 from tests.support import free_port, wait_until
 

@@ -17,7 +17,8 @@ from retrieval_set import build
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SNIPPET_MAX_CHARS, GetRequest, SearchRequest, dump
-from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.config.loader import load_settings
+from memoryd.shared.config.settings import Settings
 from memoryd.shared.index.store import IndexWriter
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from memoryd.services.query import vectors as query_vectors
 from memoryd.services.query.vectors import VectorIndex
+from memoryd.shared import defaults as d
 from memoryd.shared.events import ChunkData
 from memoryd.shared.index import sqlitedb, vecwriter
 from memoryd.shared.index.store import IndexWriter
@@ -127,7 +128,7 @@ def index(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("rescore", [12, 2000])  # the reduced scan + re-scoring, and re-scoring alone
 def test_search_follows_adds_deletes_and_sources(index: Path, monkeypatch: pytest.MonkeyPatch, rescore: int) -> None:
     monkeypatch.setattr(query_vectors, "RESCORE", rescore)
-    monkeypatch.setattr(vecwriter, "REWRITE_FLOOR", min(rescore, vecwriter.REWRITE_FLOOR))  # fitted before scanned
+    monkeypatch.setattr(d, "VEC_REWRITE_FLOOR", min(rescore, d.VEC_REWRITE_FLOOR))  # fitted before scanned
     rng = np.random.default_rng(1)
     writer = IndexWriter(index)
     write(writer, "memory/a.md", "memory", list(range(1, 21)), rng)
@@ -153,7 +154,7 @@ def test_search_follows_adds_deletes_and_sources(index: Path, monkeypatch: pytes
 
 
 def test_compaction_writes_a_new_file_that_readers_map_anew(index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vecwriter, "REWRITE_FLOOR", 8)
+    monkeypatch.setattr(d, "VEC_REWRITE_FLOOR", 8)
     rng = np.random.default_rng(3)
     writer = IndexWriter(index)
     write(writer, "memory/a.md", "memory", list(range(1, 41)), rng)
@@ -234,7 +235,7 @@ def test_a_crash_between_commit_and_publish_is_read_from_sqlite_then_caught_up(
 
 
 def test_a_reader_during_writes_sees_exactly_each_snapshot(index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vecwriter, "REWRITE_FLOOR", 64)  # compactions happen while the reader reads
+    monkeypatch.setattr(d, "VEC_REWRITE_FLOOR", 64)  # compactions happen while the reader reads
     rng = np.random.default_rng(6)
     writer = IndexWriter(index)
     write(writer, "memory/a.md", "memory", list(range(1, 30)), rng)

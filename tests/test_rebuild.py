@@ -22,7 +22,7 @@ from inline_index import index_now
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.config.settings import load_settings
+from memoryd.shared.config.loader import load_settings
 from memoryd.shared.config.workspace import Workspace
 from memoryd.shared.index.apply import fingerprint
 from memoryd.shared.rebuild.replay import replay

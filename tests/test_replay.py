@@ -25,7 +25,8 @@ from retrieval_set import FIXTURE, questions
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.http import create_app
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.config.loader import load_settings
+from memoryd.shared.config.settings import Settings
 from memoryd.shared.embed import providers
 from memoryd.shared.exceptions import BadRequest
 from memoryd.shared.index.store import IndexReader

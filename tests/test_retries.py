@@ -11,7 +11,7 @@ import pytest
 from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 
-from memoryd.shared.config.settings import load_settings
+from memoryd.shared.config.loader import load_settings
 from memoryd.shared.events import FileDeleted
 from memoryd.shared.runtime import retries as jobs
 from memoryd.shared.runtime.roster import register_agent

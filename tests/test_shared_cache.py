@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from inline_index import index_now
 
-from memoryd.shared.config.settings import load_settings
+from memoryd.shared.config.loader import load_settings
 from memoryd.shared.index import schema, sqlitedb
 from memoryd.shared.index.content import VectorStore
 from memoryd.shared.index.store import IndexWriter

@@ -12,7 +12,7 @@ import pytest
 import redis
 from rq import SimpleWorker
 
-from memoryd.shared.config.settings import load_settings
+from memoryd.shared.config.loader import load_settings
 from memoryd.shared.events import FileChanged, FileDeleted
 from memoryd.shared.runtime.bus import Bus
 from memoryd.shared.runtime.retries import note_error

@@ -22,7 +22,7 @@ from memoryd.shared.runtime.bus import Bus
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("agents", parents=[common], help="add, list and remove agents; issue their tokens")
+    p = sub.add_parser("agents", parents=[common])
     own = p.add_subparsers(dest="agents_command", required=True, metavar="ACTION")
 
     a = own.add_parser("add", parents=[common], help="add an agent with its workspace (created if missing)")

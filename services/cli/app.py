@@ -68,6 +68,14 @@ class _Parser(argparse.ArgumentParser):
         return super()._get_formatter()
 
 
+class _Commands(argparse._SubParsersAction):
+    """The top-level commands take their help line from COMMANDS, the one place it is written."""
+
+    def add_parser(self, name: str, **kwargs: object) -> argparse.ArgumentParser:
+        kwargs.setdefault("help", COMMANDS[name][1])
+        return super().add_parser(name, **kwargs)
+
+
 def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     """The parser of ``command`` (its module's commands only); ``"*"``: every command (tests,
     docs); None: every command listed for ``--help``, none of their modules imported."""
@@ -82,10 +90,10 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
         prog="memoryd", parents=[common],
         description="Agent memory in Markdown, indexed by a pipeline of workers, searched by agents.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", action=_Commands)
     if command is None:
-        for name, (_, help_text) in COMMANDS.items():
-            sub.add_parser(name, help=help_text)
+        for name in COMMANDS:
+            sub.add_parser(name)
         return parser
     modules = dict.fromkeys(m for m, _ in COMMANDS.values())
     for module in modules if command not in COMMANDS else [COMMANDS[command][0]]:
@@ -120,12 +128,13 @@ def _command(argv: list[str]) -> str | None:
 def _config_of_running_up(args: argparse.Namespace) -> None:
     """Given no --config and no $MEMORYD_CONFIG, use the config file of the `memoryd up` running on
     this state dir (services/cli/running.py), so every command sees the settings the services run with."""
-    from memoryd.services.cli import locate, running
+    from memoryd.services.cli import running
+    from memoryd.shared.config import environment
 
-    if args.command == "up" or locate.config_file(getattr(args, "config", None)):
+    if args.command == "up" or environment.config_file(getattr(args, "config", None)):
         return
 
-    _, config = running.running_up(locate.state_dir(getattr(args, "state_dir", None), None))
+    _, config = running.running_up(environment.state_dir(getattr(args, "state_dir", None), None))
     if config:
         args.config = config
 
@@ -152,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         if answered is not None:
             return answered
         _log_setup(getattr(args, "verbose", False))
-        from memoryd.shared.config.settings import load_settings
+        from memoryd.shared.config.loader import load_settings
 
         settings = load_settings(getattr(args, "config", None), getattr(args, "state_dir", None))
         return int(args.func(args, settings) or 0)

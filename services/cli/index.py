@@ -38,13 +38,13 @@ from memoryd.services.cli.text import plural
 from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import AgentConfig, Settings
 from memoryd.shared.embed import providers
-from memoryd.shared.events import FileDeleted
 from memoryd.shared.exceptions import MemorydError
 from memoryd.shared.redact import redact
 from memoryd.shared.runtime import bus as busmod
 from memoryd.shared.runtime import redis_server, runs
 from memoryd.shared.runtime import retries as jobs
 from memoryd.shared.runtime.roster import register_agent
+from memoryd.shared.runtime.survey import plan
 from memoryd.shared.runtime.worker import HOST, StageWorker, context, pid_alive, set_context, worker_name
 
 PIPELINE = ("chunk", "embed", "index")
@@ -164,19 +164,12 @@ def no_memory_hint(agent: AgentConfig) -> str:
 
 def queue_run(bus: busmod.Bus, settings: Settings, agent: AgentConfig, run: str) -> tuple[int, int]:
     """Emit the run's events; → (files to chunk, files queued in all)."""
-    from memoryd.shared.config.workspace import Workspace
-    from memoryd.shared.runtime.survey import changed_event, indexed_hashes, skipped_event
-
-    survey = Workspace(agent).survey()  # files, and what is skipped (names not UTF-8, too deep)
-    events = [e for f in survey.files if (e := changed_event(bus, agent.id, f, origin="index", run=run))]
-    skipped = [skipped_event(agent.id, s, bus.next_seq(agent.id), run) for s in survey.skipped]
-    gone = sorted(set(indexed_hashes(settings, agent.id)) - {f.path for f in survey.files}
-                  - {s.path for s in survey.skipped})
+    found = plan(bus, settings, agent.id, origin="index", run=run, every=True)
+    events = found.changed
     for start in range(0, len(events), d.FILES_PER_CHUNK_JOB):  # the bulk lane: edits go first
         bus.emit("chunk", events[start:start + d.FILES_PER_CHUNK_JOB], bulk=True)
-    bus.emit("index", [*skipped, *(FileDeleted(agent=agent.id, path=p, seq=bus.next_seq(agent.id), run=run,
-                                               origin="index") for p in gone)], bulk=True)
-    total = len(events) + len(gone) + len(skipped)
+    bus.emit("index", [*found.skipped, *found.gone], bulk=True)
+    total = found.files
     runs.start(bus, run, agent.id, total)
     return len(events), total
 

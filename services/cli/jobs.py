@@ -16,8 +16,7 @@ from memoryd.shared.runtime import retries as jobs
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("retry", parents=[common],
-                       help="requeue failed jobs (all, or those of --agent / --stage, or the JOB_IDs given)")
+    p = sub.add_parser("retry", parents=[common])
     p.add_argument("job_ids", nargs="*", metavar="JOB_ID", help="only these failed jobs")
     p.add_argument("--agent", help="only the failed jobs of this agent")
     p.add_argument("--stage", choices=busmod.STAGES, help="only the failed jobs of this stage")

@@ -2,11 +2,11 @@
 
 ``memoryd search`` / ``get`` first ask a running ``memoryd serve`` of the same installation:
 its answer takes milliseconds, while loading the settings (pydantic) alone takes a few
-hundred and loading the model and the index more. So the state dir is found here with the
-precedence ``load_settings`` gives it — ``--state-dir``, ``$MEMORYD_STATE_DIR``, the config
-file's ``memoryd.stateDir``, ``~/.memoryd`` — reading nothing but the environment and the
-JSON file. ``memoryd serve`` writes ``<state>/serve.json`` (its URL, pid and config file)
-once it listens and removes it when it stops.
+hundred and loading the model and the index more. So the state dir is found with the
+precedence ``load_settings`` gives it (``memoryd.shared.config.environment.state_dir``:
+``--state-dir``, ``$MEMORYD_STATE_DIR``, the config file's ``memoryd.stateDir``, ``~/.memoryd``),
+reading nothing but the environment and the JSON file. ``memoryd serve`` writes
+``<state>/serve.json`` (its URL, pid and config file) once it listens and removes it when it stops.
 """
 
 from __future__ import annotations
@@ -16,24 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from memoryd.shared import defaults as d
-
 SERVER_FILE = "serve.json"
-
-
-def config_file(explicit: str | None) -> str | None:
-    """The config file a process uses: ``--config``, else ``$MEMORYD_CONFIG``, else none."""
-    return explicit or os.environ.get("MEMORYD_CONFIG") or None
-
-
-def state_dir(explicit: str | None, config: str | None) -> Path:
-    """The state dir with ``load_settings``'s precedence (an unreadable config file: the default)."""
-    chosen = explicit or os.environ.get("MEMORYD_STATE_DIR")
-    if not chosen and config:
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            data = json.loads(Path(config).expanduser().read_text(encoding="utf-8"))
-            chosen = data.get("memoryd", {}).get("stateDir")
-    return Path(chosen or d.STATE_DIR).expanduser()
 
 
 def _same_file(a: str | None, b: str | None) -> bool:

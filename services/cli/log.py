@@ -14,8 +14,7 @@ from memoryd.shared.log.fold import Until
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("replay", parents=[common],
-                       help="fold an agent's event log into an index: the live one, or --into PATH")
+    p = sub.add_parser("replay", parents=[common])
     p.add_argument("--agent", default="main", help="agent id (default main)")
     p.add_argument("--until", help="the index as it was then: an ISO date or time, or a sequence number "
                                    "(needs --into)")
@@ -25,7 +24,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=cmd_replay)
 
-    p = sub.add_parser("log", parents=[common], help="the durable event log: stats, diff")
+    p = sub.add_parser("log", parents=[common])
     log_sub = p.add_subparsers(dest="log_command", required=True, metavar="LOG_COMMAND")
     s = log_sub.add_parser("stats", parents=[common], help="size, events and the oldest replayable moment")
     s.add_argument("--agent", default="main", help="agent id (default main)")

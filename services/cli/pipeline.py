@@ -21,32 +21,28 @@ from memoryd.shared.runtime import bus as busmod
 from memoryd.shared.runtime import redis_server
 from memoryd.shared.runtime.worker import run_worker, set_context
 
-STAGES = ("chunk", "embed", "index", "session")
-
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("up", parents=[common], help="run every service in the foreground (Ctrl-C stops all)")
+    p = sub.add_parser("up", parents=[common])
     p.add_argument("--no-http", action="store_true", help="do not start the HTTP query service")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("redis", parents=[common],
-                       help="run a private Redis for this state dir in the foreground (the Procfile's redis line)",
                        description="Run a private Redis for this state dir in the foreground, noted in "
                        "<state>/redis/url so the services started without a configured Redis use it (the "
                        "Procfile's `redis` line). With a Redis configured it notes that one instead and only waits, "
                        "so `honcho start` keeps the other services.")
     p.set_defaults(func=cmd_redis)
 
-    p = sub.add_parser("watcher", parents=[common], help="run the watcher service (file changes → events)")
+    p = sub.add_parser("watcher", parents=[common])
     p.set_defaults(func=cmd_watcher)
 
-    p = sub.add_parser("worker", parents=[common], help="run one stage's worker: chunk, embed, index or session")
-    p.add_argument("stage", choices=STAGES, help="the queue to work")
+    p = sub.add_parser("worker", parents=[common])
+    p.add_argument("stage", choices=busmod.STAGES, help="the queue to work")
     p.add_argument("--burst", action="store_true", help="exit once the queue is empty")
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("index", parents=[common],
-                       help="push every memory file of a workspace through the pipeline and wait",
                        description="Push every memory file of an agent's workspace through the pipeline. Without "
                        "running workers this process works the stages (with a live progress bar on a terminal); "
                        "with running workers (`memoryd up`) it queues the files and returns, or follows them "

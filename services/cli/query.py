@@ -33,7 +33,7 @@ def day(text: str) -> str:
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("search", parents=[common], help="memory_search: find snippets in an agent's memory")
+    p = sub.add_parser("search", parents=[common])
     p.add_argument("query", help="what to recall")
     p.add_argument("--agent", default="main", help="agent id (default main)")
     p.add_argument("--max-results", type=int, help="at most this many results (default: the agent's, 6)")
@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--json", action="store_true", help="print the memory_search JSON")
     p.set_defaults(func=cmd_search, remote=remote_search)
 
-    p = sub.add_parser("get", parents=[common], help="memory_get: print exact lines of a memory file")
+    p = sub.add_parser("get", parents=[common])
     p.add_argument("path", help="path as memory_search returns it, e.g. memory/2026-01-20.md")
     p.add_argument("--agent", default="main", help="agent id (default main)")
     p.add_argument("--from", dest="from_", type=int, default=1, metavar="LINE", help="first line, 1-based (default 1)")
@@ -59,14 +59,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--json", action="store_true", help="print the memory_get JSON")
     p.set_defaults(func=cmd_get, remote=remote_get)
 
-    p = sub.add_parser("serve", parents=[common], help="run the HTTP query API (memory_search, memory_get)")
+    p = sub.add_parser("serve", parents=[common])
     p.add_argument("--host", help="interface to listen on (default memoryd.server.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default memoryd.server.port, 8765)")
     p.add_argument("--insecure", action="store_true",
                    help="beyond loopback, serve without requiring bearer tokens (anyone who reaches it reads memory)")
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("mcp", parents=[common], help="run the MCP server for one agent (stdio, or --http)")
+    p = sub.add_parser("mcp", parents=[common])
     p.add_argument("--agent", default="main", help="agent id (default main)")
     p.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp instead of stdio")
     p.add_argument("--host", help="with --http: interface (default memoryd.server.host)")

@@ -18,6 +18,7 @@ import json
 import sys
 
 from memoryd.services.cli import locate
+from memoryd.shared.config import environment
 from memoryd.shared.exceptions import MemorydError
 
 #: ``typing.TYPE_CHECKING`` without importing ``typing`` (5 ms of a `memoryd search` answered by a server);
@@ -53,8 +54,8 @@ def get_body(args: argparse.Namespace) -> dict[str, Any]:
 
 def ask(args: argparse.Namespace, tool: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
     """(HTTP status, JSON answer) from the running server; None when there is none to ask."""
-    config = locate.config_file(getattr(args, "config", None))
-    url = locate.running_server(locate.state_dir(getattr(args, "state_dir", None), config), config)
+    config = environment.config_file(getattr(args, "config", None))
+    url = locate.running_server(environment.state_dir(getattr(args, "state_dir", None), config), config)
     if url is None:
         return None
     path = f"/v1/agents/{_quote(args.agent)}/{tool}"

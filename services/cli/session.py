@@ -22,7 +22,7 @@ from memoryd.shared.runtime import redis_server
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("session", parents=[common], help="session transcripts: append, context, compact, new, show")
+    p = sub.add_parser("session", parents=[common])
     commands = p.add_subparsers(dest="session_command", required=True, metavar="SUBCOMMAND")
 
     def command(name: str, help_text: str, func: Any, *, json_help: str = "print the result as one JSON object"

@@ -21,15 +21,13 @@ from memoryd.shared.runtime.retries import JobInfo
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("status", parents=[common],
-                       help="files, chunks, missing vectors, queues and failing jobs per agent")
+    p = sub.add_parser("status", parents=[common])
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--failed", action="store_true",
                    help="list the failed jobs (retries spent): id, agent, stage, error, when")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("doctor", parents=[common],
-                       help="check Redis, sqlite-vec, tokenizer, provider, and each agent's memory hygiene")
+    p = sub.add_parser("doctor", parents=[common])
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--agent", help="check only this agent's workspace (secrets in memory, transcripts in git)")
     p.set_defaults(func=cmd_doctor)

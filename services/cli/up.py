@@ -7,7 +7,6 @@ wheel) and the services are pointed at it. Ctrl-C (or SIGTERM) stops everything.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 
 from memoryd.services.cli.running import forget_up, note_up
 from memoryd.shared import defaults as d
+from memoryd.shared.config import environment
 from memoryd.shared.config.bootstrap import ensure_workspace
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.exceptions import MemorydError
@@ -68,7 +68,7 @@ def supervise(settings: Settings, *, http: bool = True) -> int:
     note_up(settings.state_dir, settings.source_file)
     print(f"memoryd: config {settings.source_file or 'none (defaults and environment)'}; state {settings.state_dir}; "
           f"Redis {redact(url)}", flush=True)
-    env = dict(os.environ, REDIS_URL=url, MEMORYD_STATE_DIR=str(settings.state_dir))
+    env = environment.for_children(REDIS_URL=url, MEMORYD_STATE_DIR=str(settings.state_dir))
     if settings.source_file:
         env["MEMORYD_CONFIG"] = settings.source_file
     if private:

@@ -11,6 +11,7 @@ import logging
 
 from memoryd.shared.events import FileChanged, FileChunked, FileDeleted, FileSkipped, parse_event
 from memoryd.shared.index.chunking import chunk_file
+from memoryd.shared.runtime import runs
 from memoryd.shared.runtime.worker import context
 
 log = logging.getLogger("memoryd.chunker")
@@ -30,11 +31,11 @@ def chunk_job(events: list[str]) -> int:
         (chunked if isinstance(result, FileChunked) else direct).append(result)
     ctx.bus.emit("embed", chunked)
     ctx.bus.emit("index", direct)
-    runs: dict[str | None, int] = {}
+    per_run: dict[str | None, int] = {}
     for c in chunked:
-        runs[c.run] = runs.get(c.run, 0) + len(c.chunks)
-    for run, found in runs.items():
+        per_run[c.run] = per_run.get(c.run, 0) + len(c.chunks)
+    for run, found in per_run.items():
         runs.count(ctx.bus, run, chunks_found=found)  # `memoryd index` shows how many chunks are to embed
     log.info("chunked %d files into %d chunks; %d skipped or gone (agents %s)", len(chunked),
-             sum(runs.values()), len(direct), ", ".join(sorted({e.agent for e in [*chunked, *direct]})))
+             sum(per_run.values()), len(direct), ", ".join(sorted({e.agent for e in [*chunked, *direct]})))
     return len(chunked)

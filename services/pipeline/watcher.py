@@ -33,14 +33,15 @@ from watchdog.observers.api import ObservedWatch
 from memoryd.shared import defaults as d
 from memoryd.shared.config import registry
 from memoryd.shared.config.bootstrap import ensure_workspace
-from memoryd.shared.config.settings import Settings, load_settings
+from memoryd.shared.config.loader import load_settings
+from memoryd.shared.config.settings import Settings
 from memoryd.shared.config.workspace import Workspace, is_utf8
 from memoryd.shared.events import FileChanged, FileDeleted
 from memoryd.shared.exceptions import ConfigError
 from memoryd.shared.redact import redact
 from memoryd.shared.runtime.bus import Bus
 from memoryd.shared.runtime.redis_server import wait_for_redis
-from memoryd.shared.runtime.survey import changed_event, indexed_hashes, skipped_event
+from memoryd.shared.runtime.survey import changed_event, indexed_hashes, plan
 
 log = logging.getLogger("memoryd.watcher")
 
@@ -141,28 +142,13 @@ class AgentWatch(FileSystemEventHandler):
 
         ``between`` is called after every FILES_PER_CHUNK_JOB files: the watcher settles the
         other agents' edits there, so reconciling a 10,000-file import does not hold them up."""
-        indexed = indexed_hashes(self.settings, self.agent_id)
-        changed: list[FileChanged] = []
-        survey = self.workspace.survey()
-        present = {s.path for s in survey.skipped}
-        skipped = [skipped_event(self.agent_id, s, self.bus.next_seq(self.agent_id))
-                   for s in survey.skipped if indexed.get(s.path) != ""]  # "" = recorded as skipped already
-        for n, found in enumerate(survey.files, start=1):
-            present.add(found.path)
-            event = changed_event(self.bus, self.agent_id, found, origin="reconcile")
-            if event is not None and indexed.get(found.path) != event.sha256:
-                changed.append(event)
-                self.emitted[found.path] = event.sha256
-            elif event is not None:
-                self.emitted[found.path] = event.sha256
-            if between is not None and n % d.FILES_PER_CHUNK_JOB == 0:
-                between()
+        found = plan(self.bus, self.settings, self.agent_id, origin="reconcile", between=between)
+        self.emitted.update(found.on_disk)
+        changed, gone, skipped = found.changed, found.gone, found.skipped
         for start in range(0, len(changed), d.FILES_PER_CHUNK_JOB):
             self.bus.emit("chunk", changed[start:start + d.FILES_PER_CHUNK_JOB], bulk=True)
             if between is not None:
                 between()
-        gone = [FileDeleted(agent=self.agent_id, path=p, seq=self.bus.next_seq(self.agent_id), origin="reconcile")
-                for p in sorted(set(indexed) - present)]
         for p in gone:
             self.emitted[p.path] = ""
         self.bus.emit("index", [*skipped, *gone], bulk=True)

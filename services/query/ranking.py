@@ -149,11 +149,6 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(_WORD.findall(text.lower()))
 
 
-def jaccard(a: str, b: str) -> float:
-    """Overlap of two texts' word sets: |A ∩ B| / |A ∪ B|."""
-    return _overlap(_words(a), _words(b))
-
-
 def mmr(ids: Sequence[int], score: Callable[[int], float], text: Callable[[int], str], k: int,
         lam: float) -> list[int]:
     """``k`` of ``ids`` (given best first) chosen by maximal marginal relevance, in pick order.

@@ -45,7 +45,7 @@ from memoryd.shared.index.vecwriter import Rows
 #: against exact search is 0.996 on ~30k real MiniLM vectors and 0.992 on 1M vectors of the same
 #: spectrum (bench/query.py; 2,000 gave 0.995 / 0.987).
 #: A file this small is not scanned but re-scored whole, so its projection (fitted once the file
-#: has ``vecwriter.REWRITE_FLOOR`` ≤ this many rows) never matters before it is fitted.
+#: has ``defaults.VEC_REWRITE_FLOOR`` ≤ this many rows) never matters before it is fitted.
 RESCORE = 4000
 #: Files with at least this many rows are scanned in two halves on two threads: below it the
 #: scan takes under a millisecond and a thread hand-off would cost more than it saves.

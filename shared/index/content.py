@@ -29,13 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from memoryd.shared import defaults as d
 from memoryd.shared.index import sqlitedb
-
-#: A delta manifest is stored only while its chain of bases is shorter than this: resolving
-#: one reads at most this many rows, and a replay resolves each path's latest only.
-MAX_DELTA_DEPTH = 16
-#: Resolved manifests kept per process (a replay asks for each path's once; the writer its bases).
-MANIFEST_CACHE = 256
 
 _ENTRY = struct.Struct(">32sIIi")  # chunk hash, start line, end line, tokens
 _DELTA = struct.Struct(">32sIIi")  # base ref, kept prefix, kept suffix, line shift of the suffix
@@ -54,7 +49,7 @@ class ChunkRef:
 def _connect(path: Path, schema: str) -> Any:
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlitedb.driver().module.connect(str(path), check_same_thread=False, isolation_level=None)
-    conn.execute(f"PRAGMA busy_timeout = {sqlitedb.BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout = {d.SQLITE_BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA journal_mode = WAL")
     # FULL: a commit is on disk before the log record that points at it is written.
     conn.execute("PRAGMA synchronous = FULL")
@@ -148,7 +143,7 @@ class ContentStore:
         head = self.conn.execute("SELECT h.ref, m.depth FROM heads h JOIN manifests m ON m.ref = h.ref "
                                  "WHERE h.path = ?", (path,)).fetchone()
         base, depth, body = None, 0, pack_manifest(chunks)
-        if head and head[1] + 1 < MAX_DELTA_DEPTH:
+        if head and head[1] + 1 < d.CONTENT_MAX_DELTA_DEPTH:
             prefix, suffix, shift, middle = _delta(self._manifest(head[0]), chunks)
             delta = _DELTA.pack(bytes.fromhex(head[0]), prefix, suffix, shift) + pack_manifest(middle)
             if len(delta) < len(body):
@@ -184,7 +179,7 @@ class ContentStore:
 
     def _remember(self, ref: str, chunks: list[ChunkRef]) -> None:
         self._resolved[ref] = chunks
-        while len(self._resolved) > MANIFEST_CACHE:
+        while len(self._resolved) > d.CONTENT_MANIFEST_CACHE:
             self._resolved.popitem(last=False)
 
     def texts(self, hashes: Iterable[str]) -> dict[str, str]:

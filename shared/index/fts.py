@@ -68,9 +68,3 @@ def query_terms(query: str) -> list[str]:
             seen.add(key)
             unique.append(term)
     return unique
-
-
-def match_expression(terms: list[str], *, operator: str = "OR") -> str:
-    """An FTS5 MATCH expression; each term quoted so no query text is read as syntax."""
-    quoted = ['"' + t.replace('"', '""') + '"' for t in terms]
-    return f" {operator} ".join(quoted)

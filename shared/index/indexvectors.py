@@ -21,19 +21,15 @@ from typing import Any
 
 import numpy as np
 
+from memoryd.shared import defaults as d
 from memoryd.shared.index.vecfile import vec_path
-from memoryd.shared.index.vecwriter import BLOCK_ROWS, Rows, VecWriter
+from memoryd.shared.index.vecwriter import Rows, VecWriter
 
 log = logging.getLogger("memoryd.vecfile")
 
 META_VECTORS_UID = "vectors_uid"
 #: Deletions logged at or below this generation have been pruned (the file holds them).
 META_DELETIONS_FLOOR = "vector_deletions_floor"
-#: Logged deletions are kept this many generations: a reader that last refreshed longer ago
-#: reloads its view of the file (a scan of one int64 column) instead of reading the log.
-KEEP_GENERATIONS = 10_000
-#: The log is pruned once every this many generations.
-PRUNE_EVERY = 1_000
 
 
 def read_meta(conn: Any, key: str) -> str | None:
@@ -56,7 +52,7 @@ def index_rows(conn: Any, after: int, dims: int, through: int | None = None) -> 
     link = conn.execute(f"SELECT cv.rowid, cv.chunk_id, c.source FROM chunk_vectors cv JOIN chunks c "
                         f"ON c.id = cv.chunk_id WHERE cv.rowid > ?{bound} ORDER BY cv.rowid", (after,))
     while True:
-        meta = link.fetchmany(BLOCK_ROWS)
+        meta = link.fetchmany(d.VEC_BLOCK_ROWS)
         if not meta:
             return
         blobs = {}
@@ -134,8 +130,8 @@ class VectorSync:
     def begin(self, generation: int) -> None:
         self.generation = generation
         self.added, self.deleted = [], []
-        if generation % PRUNE_EVERY == 0 and self.writer is not None:
-            floor = min(self.writer.state.generation, generation - KEEP_GENERATIONS)
+        if generation % d.VECTOR_PRUNE_EVERY == 0 and self.writer is not None:
+            floor = min(self.writer.state.generation, generation - d.VECTOR_KEEP_GENERATIONS)
             if floor > 0:
                 self.conn.execute("DELETE FROM vector_deletions WHERE generation <= ?", (floor,))
                 _set_meta(self.conn, META_DELETIONS_FLOOR, str(floor))

@@ -15,10 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from memoryd.shared import defaults as d
 from memoryd.shared.exceptions import SqliteExtensionUnavailable
-
-#: How long a connection waits for a lock before failing: the indexer's transactions are short.
-BUSY_TIMEOUT_MS = 5000
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,7 @@ def connect(path: Path | str, *, readonly: bool = False) -> Any:
         conn = drv.module.connect(f"file:{Path(path)}?mode=ro", uri=True, check_same_thread=False)
     else:
         conn = drv.module.connect(str(path), check_same_thread=False, isolation_level=None)
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout = {d.SQLITE_BUSY_TIMEOUT_MS}")
     if not readonly:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")

@@ -56,8 +56,6 @@ SEGMENT_ROWS = 65_536
 #: the scan's bytes (a contiguous 48-d gemv at 1M rows: 17 ms here, 96-d: 32 ms).
 #: Files written with another share keep it (the header holds their width).
 REDUCTION = 8
-#: Rows used to fit the projection when the file is written: more adds nothing measurable.
-FIT_SAMPLE = 65_536
 
 _FIXED = struct.Struct("<8sIIII16s")  # magic, version, dims, reduced, segment rows, uid
 _STATE = struct.Struct("<QQQQQI")  # seq, rows, generation, dead, fitted, sources length

@@ -3,7 +3,7 @@
 ``store.IndexWriter`` owns one :class:`VecWriter` per index and calls :meth:`VecWriter.apply`
 after each commit with the rows the transaction added and the rowids it deleted. The
 file is rewritten — live rows only, projection refitted — when deleted rows pass
-``COMPACT_SHARE`` of it, or when it has doubled since the projection was fitted (the
+``d.VEC_COMPACT_SHARE`` of it, or when it has doubled since the projection was fitted (the
 directions of 1,000 notes are not those of 100,000). Both are O(rows) but amortised:
 each row is rewritten a bounded number of times.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from memoryd.shared import defaults as d
 from memoryd.shared.index.vecfile import (
-    FIT_SAMPLE,
     HEADER_BYTES,
     SEGMENT_ROWS,
     STATE_AT,
@@ -38,14 +38,6 @@ from memoryd.shared.index.vecfile import (
 
 log = logging.getLogger("memoryd.vecfile")
 
-#: Deleted rows are tombstoned until they are this share of the file, then it is compacted.
-COMPACT_SHARE = 0.25
-#: The projection is refitted when the file has grown this many times since it was fitted.
-REFIT_GROWTH = 2.0
-#: Neither happens below this many rows: a small file is scanned whole anyway.
-REWRITE_FLOOR = 1024
-#: Rows per block when a whole file is written.
-BLOCK_ROWS = 16_384
 
 
 @dataclass
@@ -85,7 +77,7 @@ class VecWriter:
         """Write a new file from ``blocks`` (in rowid order) under a temp name, then swap it in.
 
         The projection is fitted on ``sample`` when given (a rewrite passes rows spread over
-        the whole file), else on the first ``FIT_SAMPLE`` rows. A rewrite keeps the file's
+        the whole file), else on the first ``d.VEC_FIT_SAMPLE`` rows. A rewrite keeps the file's
         ``uid`` (it still belongs to the same index) and its ``mean`` once it has one: codes
         re-quantised around the same mean come out identical, so rewrites never add error."""
         layout = Layout(dims, reduced_dims(dims), SEGMENT_ROWS)
@@ -101,7 +93,7 @@ class VecWriter:
                 todo = [block]
                 if fitted is None:
                     held.append(block)
-                    if sum(len(b) for b in held) < FIT_SAMPLE:
+                    if sum(len(b) for b in held) < d.VEC_FIT_SAMPLE:
                         continue
                     fitted = _keep_mean(_fit(held, layout), mean)
                     todo, held = held, []
@@ -125,8 +117,8 @@ class VecWriter:
         """The file's live rows, dequantised, in blocks (what a rewrite writes)."""
         rows = self.state.rows
         names = self.state.sources
-        for start in range(0, rows, BLOCK_ROWS):
-            stop = min(rows, start + BLOCK_ROWS)
+        for start in range(0, rows, d.VEC_BLOCK_ROWS):
+            stop = min(rows, start + d.VEC_BLOCK_ROWS)
             keep = np.concatenate(self.view.column("deleted", start, stop)) == 0
             if not keep.any():
                 continue
@@ -138,9 +130,10 @@ class VecWriter:
                        [names[c] for c in codes_of], dequantize(codes, scales, self.view.mean))
 
     def _sample(self) -> np.ndarray:
-        """Up to FIT_SAMPLE live rows spread evenly over the file, dequantised."""
+        """Up to ``VEC_FIT_SAMPLE`` live rows spread evenly over the file, dequantised."""
         live = np.flatnonzero(np.concatenate(self.view.segments("deleted", self.state.rows)) == 0)
-        pick = live[np.linspace(0, len(live) - 1, min(len(live), FIT_SAMPLE)).astype(np.int64)] if len(live) else live
+        spread = np.linspace(0, len(live) - 1, min(len(live), d.VEC_FIT_SAMPLE)).astype(np.int64)
+        pick = live[spread] if len(live) else live
         return dequantize(self.view.gather("codes", pick), self.view.gather("scales", pick), self.view.mean)
 
     def rewrite(self) -> VecWriter:
@@ -172,7 +165,8 @@ class VecWriter:
         self.state = State(rows, generation, dead, self.state.fitted, names)
         self.seq = publish(self.fd, self.state, self.seq)
         self.view.grown()
-        if rows >= REWRITE_FLOOR and (dead > COMPACT_SHARE * rows or rows >= REFIT_GROWTH * self.state.fitted):
+        grown = rows >= d.VEC_REFIT_GROWTH * self.state.fitted
+        if rows >= d.VEC_REWRITE_FLOOR and (dead > d.VEC_COMPACT_SHARE * rows or grown):
             return self.rewrite()
         return self
 
@@ -182,7 +176,7 @@ def _keep_mean(fitted: tuple[np.ndarray, np.ndarray], mean: np.ndarray | None) -
 
 
 def _fit(held: list[Rows], layout: Layout) -> tuple[np.ndarray, np.ndarray]:
-    sample = np.concatenate([b.vectors for b in held])[:FIT_SAMPLE] if held else np.zeros((0, layout.dims))
+    sample = np.concatenate([b.vectors for b in held])[:d.VEC_FIT_SAMPLE] if held else np.zeros((0, layout.dims))
     return fit(sample, layout.dims, layout.reduced)
 
 

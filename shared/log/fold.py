@@ -16,15 +16,13 @@ from datetime import datetime
 from datetime import time as dtime
 from typing import Any
 
+from memoryd.shared import defaults as d
 from memoryd.shared.exceptions import BadRequest
 from memoryd.shared.log.eventlog import START, Position, Record
 
 #: Events that change an index, and the ones before them that are work in flight.
 INDEX_EVENTS = ("chunks.embedded", "file.deleted", "file.skipped")
 INFLIGHT_EVENTS = ("file.changed", "file.chunked")
-#: Records appended by different processes reach the disk in lock order, their times a
-#: little out of order; a time cut reads this far past its time before it stops.
-CLOCK_SLACK_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -59,7 +57,7 @@ class Until:
 
     def past(self, record: Record) -> bool:
         """Whether no later record can be included any more (time cuts only)."""
-        return self.at is not None and record.at > self.at + CLOCK_SLACK_SECONDS
+        return self.at is not None and record.at > self.at + d.LOG_CLOCK_SLACK_SECONDS
 
     def admits(self, last_at: float | None, max_seq: int) -> bool:
         """Whether a state folded up to ``last_at`` / ``max_seq`` is all inside this cut (a

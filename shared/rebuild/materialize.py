@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.config.workspace import Workspace
 from memoryd.shared.embed import providers
@@ -46,8 +47,6 @@ from memoryd.shared.log.fold import FileState, LogState
 
 log = logging.getLogger("memoryd.materialize")
 
-#: Paths written per batch: one vector lookup and at most one provider call each.
-BATCH_PATHS = 64
 
 
 @dataclass
@@ -103,10 +102,10 @@ def materialize(settings: Settings, agent: str, state: LogState, writer: IndexWr
                 stores: EventLog, counts: Counts, *, deadline: float | None = None) -> bool:
     """Make ``writer``'s index hold ``state``. → False if ``deadline`` (monotonic) came first."""
     todo = [p for p in sorted(state.files) if not _holds(writer, p, state.files[p])]
-    for start in range(0, len(todo), BATCH_PATHS):
-        _write(settings, agent, {p: state.files[p] for p in todo[start:start + BATCH_PATHS]}, writer, target,
-               stores, counts)
-        if deadline is not None and time.monotonic() > deadline and start + BATCH_PATHS < len(todo):
+    batch = d.MATERIALIZE_BATCH_PATHS
+    for start in range(0, len(todo), batch):
+        _write(settings, agent, {p: state.files[p] for p in todo[start:start + batch]}, writer, target, stores, counts)
+        if deadline is not None and time.monotonic() > deadline and start + batch < len(todo):
             return False
     _fill(state, writer, target, stores)
     return True

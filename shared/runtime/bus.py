@@ -72,7 +72,7 @@ return nxt
 
 
 class Bus:
-    """What a stage needs of Redis: emit events, number them, count a run's progress."""
+    """What a stage needs of Redis: emit events and number them (a run's counters: runtime/runs.py)."""
 
     def __init__(self, conn: redis.Redis, settings: Settings) -> None:
         self.conn = conn

@@ -18,16 +18,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from memoryd.shared.config.settings import (
-    AgentEntry,
-    ExtraPath,
-    Settings,
-    check_isolation,
-    registry,
-    reload_agents,
-    with_agent,
-    with_registry,
-)
+from memoryd.shared.config import registry
+from memoryd.shared.config.loader import check_isolation, reload_agents, with_agent, with_registry
+from memoryd.shared.config.settings import AgentEntry, ExtraPath, Settings
 from memoryd.shared.config.tokens import Tokens, agent_principal
 from memoryd.shared.exceptions import ConfigError, UnknownAgent, validation_problems
 from memoryd.shared.log.eventlog import content_path, log_dir

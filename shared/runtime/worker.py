@@ -40,7 +40,8 @@ from rq.utils import as_text, now, parse_composite_key
 
 from memoryd.shared import defaults as d
 from memoryd.shared.config import registry
-from memoryd.shared.config.settings import Settings, reload_agents
+from memoryd.shared.config.loader import reload_agents
+from memoryd.shared.config.settings import Settings
 from memoryd.shared.exceptions import ConfigError
 from memoryd.shared.redact import redact
 from memoryd.shared.runtime.bus import JOBS, Bus

@@ -23,7 +23,8 @@ from typing import ClassVar
 
 from inline_index import index_now
 
-from memoryd.shared.config.settings import Settings, with_agent
+from memoryd.shared.config.loader import with_agent
+from memoryd.shared.config.settings import Settings
 from memoryd.shared.exceptions import IndexMissing
 from memoryd.shared.index.store import IndexReader
 from memoryd.shared.runtime.redis_server import answers, redis_binary
