@@ -57,7 +57,7 @@ class _Search:
     min_score: float
     max_results: int
     explain: bool
-    anchors: tuple[float, float]  # the cosines that mean no and full vector evidence (fusion.anchors)
+    anchors: fusion.Span  # the cosines that mean no and full vector evidence (fusion.anchors)
 
 
 @dataclass
@@ -148,8 +148,10 @@ class QueryService:
         limit = max_results * q.hybrid.candidate_multiplier
         provider_name, model, _ = providers.describe(search)
         window = ranking.DateWindow(request.after, request.before)
-        plan = _Search(agent, query_keyword.parse(request.query, window), mode, limit, source, min_score,
-                       max_results, request.explain, fusion.anchors(provider_name, request.query))
+        keyword = query_keyword.parse(request.query, window)
+        # fusion "vector" asks for the vector side's own scores: codes or not, they are shown
+        span = fusion.anchors(provider_name, request.query, codes_only=keyword.codes_only and mode != "vector")
+        plan = _Search(agent, keyword, mode, limit, source, min_score, max_results, request.explain, span)
         # The query's embedding starts now, outside the agent's lock, on its provider's own thread.
         embedding = self._embedding(agent, request.query) if mode != "keyword" else Vectors(None, None)
         started = time.monotonic()
