@@ -22,7 +22,7 @@ from pathlib import Path
 
 from memoryd.services.query import fusion, ranking
 from memoryd.services.query import keyword as query_keyword
-from memoryd.services.query.agentindex import AgentIndex
+from memoryd.services.query.agentindex import AgentIndex, missing_index
 from memoryd.services.query.cache import IndexCache
 from memoryd.services.query.embedder import Embedded, QueryEmbedder, Vectors, VectorSide, settle
 from memoryd.services.query.models import (
@@ -74,7 +74,8 @@ class QueryService:
         self._live = LiveSettings(settings)
         self._seen = settings
         budget = settings.memoryd.query
-        self._indexes = IndexCache(lambda agent_id: AgentIndex(self.settings.index_path(agent_id)),
+        self._indexes = IndexCache(lambda agent_id: AgentIndex(self.settings.index_path(agent_id),
+                                                                lambda: missing_index(self.settings, agent_id)),
                                    budget.cache_megabytes * 1024 * 1024, budget.max_open_indexes)
         #: Provider chains by memorySearch configuration: as many as there are configurations, not agents.
         self._providers: dict[str, list[providers.Provider]] = {}
