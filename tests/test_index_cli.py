@@ -97,7 +97,7 @@ def test_piped_it_prints_plain_progress_lines_and_with_json_only_the_object(
     quiet = subprocess.run([*CLI, "index", "--agent", "main", "--json"], env=_env(config), capture_output=True,
                            text=True, timeout=120, check=True)
     assert quiet.stderr == ""
-    assert json.loads(quiet.stdout)["chunks_cached"] == int(summary.group(1))
+    assert json.loads(quiet.stdout)["chunksCached"] == int(summary.group(1))
 
 
 def test_a_job_that_fails_for_good_ends_the_run_naming_it(workspace: Path, make_settings, redis_url: str) -> None:
@@ -132,10 +132,10 @@ def test_with_running_workers_it_queues_and_returns_unless_told_to_wait(workspac
     p, _ = workers
     _notes(workspace, 2)
     queued = json.loads(p.cli("index", "--agent", "main", "--json").stdout)
-    assert queued["worked_by"] == "running workers" and queued["queued_files"] == 2
+    assert queued["workedBy"] == "running workers" and queued["queuedFiles"] == 2
     assert "chunks" not in queued
     waited = json.loads(p.cli("index", "--agent", "main", "--wait", "--json").stdout)
-    assert waited["worked_by"] == "running workers" and waited["index"]["files"] == 2
+    assert waited["workedBy"] == "running workers" and waited["index"]["files"] == 2
 
 
 def test_a_run_that_stops_moving_ends_at_the_stall_deadline_and_loses_nothing(workspace: Path, workers) -> None:
@@ -235,7 +235,7 @@ def test_skipped_files_are_counted_apart_from_the_indexed_ones(workspace: Path, 
                                        capture_output=True, text=True, timeout=120, check=True).stdout)
     status = json.loads(subprocess.run([*CLI, "status", "--json"], env=_env(config), capture_output=True, text=True,
                                        timeout=60, check=True).stdout)
-    assert (result["files"], result["files_skipped"]) == (2, 3)
+    assert (result["files"], result["filesSkipped"]) == (2, 3)
     assert status["agents"]["main"]["index"]["files"] == result["files"] == result["index"]["files"]
 
 

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
+from memoryd.services.cli.output import print_json
 from memoryd.shared import bus as busmod
 from memoryd.shared import jobs, redis_server
 from memoryd.shared.config import Settings
@@ -34,7 +34,7 @@ def failed_listing(settings: Settings, *, as_json: bool) -> int:
     """``memoryd status --failed``: one line (or JSON object) per failed job."""
     failed = jobs.failed_jobs(_bus(settings))
     if as_json:
-        print(json.dumps({"failed": [j.as_dict() for j in failed]}, indent=2))
+        print_json({"failed": [j.as_dict() for j in failed]})
         return 0
     if not failed:
         print("no failed jobs")
@@ -47,7 +47,7 @@ def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
     requeued = jobs.retry_failed(_bus(settings), job_ids=args.job_ids, agent=args.agent, stage=args.stage)
     missing = sorted(set(args.job_ids) - set(requeued))
     if args.json:
-        print(json.dumps({"requeued": requeued, "not_failed": missing}, indent=2))
+        print_json({"requeued": requeued, "notFailed": missing})
     else:
         print(f"requeued {len(requeued)} failed job(s)" + (f": {' '.join(requeued)}" if requeued else ""))
         if missing:
