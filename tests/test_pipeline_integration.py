@@ -220,10 +220,10 @@ def test_keyword_search_survives_failing_providers_and_vectors_arrive_later(
             assert [r[-1] for r in p.chunks(AGENT, "memory/2026-04-01.md")] == [0]  # vector missing
             status = json.loads(p.cli("status", "--json").stdout)
             assert status["agents"][AGENT]["index"]["chunksWithoutVectors"] == 1
-            assert "gave up after 2 tries" in status["queues"]["provider_errors"][AGENT]["error"]
+            assert "gave up after 2 tries" in status["queues"]["providerErrors"][AGENT]["error"]
             stub.set(embeddings="ok")
             wait_until(lambda: [r[-1] for r in p.chunks(AGENT, "memory/2026-04-01.md")] == [1], timeout=60)
             assert p.query(AGENT, "SELECT count(*) FROM chunk_vectors")[0][0] == 1
-            wait_until(lambda: AGENT not in json.loads(p.cli("status", "--json").stdout)["queues"]["provider_errors"])
+            wait_until(lambda: AGENT not in json.loads(p.cli("status", "--json").stdout)["queues"]["providerErrors"])
         finally:
             p.stop()
