@@ -132,7 +132,7 @@ def bulk(tmp: Path, redis: str, provider: str, files: int, lines: int) -> dict:
         "inline_chunks_per_s": round(inline_rate, 1),
         "pipeline_vs_inline": round(pipeline_rate / inline_rate, 3),
         "vectors_per_chunk": round(windows.fetchone()[0] / max(inline["chunks"], 1), 2),
-        "rescan_chunks_embedded": again["chunks_embedded"], "rescan_seconds": again["seconds"],
+        "rescan_chunks_embedded": again["chunksEmbedded"], "rescan_seconds": again["seconds"],
     }
 
 

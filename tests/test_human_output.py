@@ -149,3 +149,57 @@ def test_help_of_every_top_level_command_has_a_description_and_no_python_metavar
         body = text.split("\n\n", 2)[1]
         assert body and not body.startswith(("options:", "positional")), (command, text[:300])
     assert "FROM_" not in _run("get", "--help").stdout
+
+
+def _field_names(value: object, under: str = "") -> set[str]:
+    """Every field name in a JSON value; the keys of the ``agents`` map are agent ids, not field names."""
+    if isinstance(value, list):
+        return set().union(*(_field_names(v, under) for v in value))
+    if not isinstance(value, dict):
+        return set()
+    names = set() if under == "agents" else set(value)
+    return names.union(*(_field_names(v, k) for k, v in value.items()))
+
+
+def test_results_read_as_text_and_successful_commands_log_nothing(workspace: Path, make_settings, redis_url: str,
+                                                                   tmp_path: Path) -> None:
+    (workspace / "memory" / "2026-01-20.md").write_text("- shipped the E-404 fix\n")
+    _, config = make_settings(workspace, redis=redis_url)
+    env = dict(os.environ, MEMORYD_CONFIG=str(config))
+    _run("index", "--agent", "main", env=env)
+    _run("session", "append", "--session", "s1", "--role", "user", "--text", "hello there", env=env)
+    outputs = {
+        "agents add": _run("agents", "add", "work", "--workspace", str(tmp_path / "ws-work"), env=env),
+        "replay": _run("replay", "--agent", "main", env=env),
+        "log stats": _run("log", "stats", "--agent", "main", env=env),
+        "session show": _run("session", "show", "--session", "s1", env=env),
+        "agents remove": _run("agents", "remove", "work", env=env),
+    }
+    for command, done in outputs.items():
+        assert done.stderr == "", (command, done.stderr)  # no "WARNING … created workspace", "… swapped in"
+        assert not re.search(r"\b(True|False|None)\b|\{'|\[\]", done.stdout), (command, done.stdout)
+    assert "workspace created: yes" in outputs["agents add"].stdout
+    assert "swapped: yes" in outputs["replay"].stdout and "until" not in outputs["replay"].stdout
+    assert "memory flush compaction count" not in outputs["session show"].stdout  # None: left out
+    assert re.search(r"^events by type: chunks\.embedded \d+, file\.changed \d+", outputs["log stats"].stdout, re.M)
+
+
+def test_json_output_is_pure_json_with_camel_case_field_names(workspace: Path, make_settings, redis_url: str,
+                                                               tmp_path: Path) -> None:
+    (workspace / "memory" / "2026-01-20.md").write_text("- shipped the E-404 fix\n")
+    _, config = make_settings(workspace, redis=redis_url)
+    env = dict(os.environ, MEMORYD_CONFIG=str(config))
+    commands = [("index", "--agent", "main"), ("agents", "add", "work_bot", "--workspace", str(tmp_path / "ws-bot")),
+                ("replay", "--agent", "main"), ("log", "stats", "--agent", "main"),
+                ("log", "diff", "--agent", "main", "--since", "0"), ("status",), ("status", "--failed"),
+                ("doctor", "--agent", "main"), ("retry",), ("agents", "list"),
+                ("session", "append", "--session", "s1", "--role", "user", "--text", "hi"),
+                ("search", "E-404 fix"), ("agents", "remove", "work_bot")]
+    for argv in commands:
+        done = _run(*argv, "--json", env=env, check=False)
+        assert done.returncode in (0, 1) and done.stderr == "", (argv, done.stderr)  # doctor: 1 without a provider
+        names = _field_names(json.loads(done.stdout))  # the whole of stdout is one JSON object
+        assert not {n for n in names if "_" in n}, (argv, names)
+    status = json.loads(_run("status", "--json", env=env).stdout)
+    index = status["agents"]["main"]["index"]
+    assert {"stateDir", "indexRuns"} <= set(status) and {"files", "filesSkipped", "chunksWithoutVectors"} <= set(index)

@@ -78,7 +78,7 @@ def test_on_a_terminal_the_bar_counts_files_and_chunks_as_they_happen(
     code, drawn = _run_in_pty([*CLI, "index", "--agent", "main"], _env(config))
     assert code == 0, drawn
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn)
-    files = [int(n) for n in re.findall(r"files indexed\D+?(\d+)/40", plain)]
+    files = [int(n) for n in re.findall(r"files done\D+?(\d+)/40", plain)]
     chunks = re.findall(r"chunks embedded\D+?(\d+)/(\d+)", plain)
     assert any(0 < n < 40 for n in files), plain[-2000:]  # a count between start and end was drawn
     assert files[-1] == 40 and chunks and chunks[-1][0] == chunks[-1][1] != "0"
@@ -93,13 +93,13 @@ def test_piped_it_prints_plain_progress_lines_and_with_json_only_the_object(
     piped = subprocess.run([*CLI, "index", "--agent", "main"], env=_env(config), capture_output=True, text=True,
                            timeout=120, check=True)
     assert "\x1b[" not in piped.stderr
-    assert re.search(r"^memoryd index: 3/3 files indexed, (\d+)/\1 chunks embedded \(\d", piped.stderr, re.M)
+    assert re.search(r"^memoryd index: 3/3 files done, (\d+)/\1 chunks embedded \(\d", piped.stderr, re.M)
     summary = re.match(r"indexed 3 files of agent main \((\d+) chunks, \1 embedded, 0 from the cache", piped.stdout)
     assert summary, piped.stdout
     quiet = subprocess.run([*CLI, "index", "--agent", "main", "--json"], env=_env(config), capture_output=True,
                            text=True, timeout=120, check=True)
     assert quiet.stderr == ""
-    assert json.loads(quiet.stdout)["chunks_cached"] == int(summary.group(1))
+    assert json.loads(quiet.stdout)["chunksCached"] == int(summary.group(1))
 
 
 def test_a_job_that_fails_for_good_ends_the_run_naming_it(workspace: Path, make_settings, redis_url: str) -> None:
@@ -134,10 +134,10 @@ def test_with_running_workers_it_queues_and_returns_unless_told_to_wait(workspac
     p, _ = workers
     _notes(workspace, 2)
     queued = json.loads(p.cli("index", "--agent", "main", "--json").stdout)
-    assert queued["worked_by"] == "running workers" and queued["queued_files"] == 2
+    assert queued["workedBy"] == "running workers" and queued["queuedFiles"] == 2
     assert "chunks" not in queued
     waited = json.loads(p.cli("index", "--agent", "main", "--wait", "--json").stdout)
-    assert waited["worked_by"] == "running workers" and waited["index"]["files"] == 2
+    assert waited["workedBy"] == "running workers" and waited["index"]["files"] == 2
 
 
 def test_a_run_that_stops_moving_ends_at_the_stall_deadline_and_loses_nothing(workspace: Path, workers) -> None:
@@ -152,7 +152,7 @@ def test_a_run_that_stops_moving_ends_at_the_stall_deadline_and_loses_nothing(wo
                              capture_output=True, text=True, timeout=120)
         waited = time.monotonic() - started
         assert out.returncode == 1, out.stderr
-        assert re.search(r"nothing moved for 3s with 0/3 files indexed; waited for the running workers", out.stderr)
+        assert re.search(r"nothing moved for 3s with 0/3 files done; waited for the running workers", out.stderr)
         assert 3 <= waited < 30, waited
         p.procs["embed"].send_signal(signal.SIGCONT)
         wait_until(lambda: len(p.query("main", "SELECT path FROM files WHERE status = 'indexed'")) == 3, timeout=60,
@@ -224,12 +224,29 @@ def test_a_job_waiting_for_its_retry_shows_as_retrying_then_fails_the_run(
     assert any(c.retrying == 1 for c in progress.seen)  # the retry was waited for, shown, and run
 
 
+def test_skipped_files_are_counted_apart_from_the_indexed_ones(workspace: Path, make_settings, redis_url: str) -> None:
+    _notes(workspace, 2)
+    for i in range(3):  # not UTF-8: the chunker skips them
+        (workspace / "memory" / f"2026-04-0{i}.md").write_bytes(b"\xff\xfe\x00\x9c not text " * 50)
+    _, config = make_settings(workspace, redis=redis_url)
+    piped = subprocess.run([*CLI, "index", "--agent", "main"], env=_env(config), capture_output=True, text=True,
+                           timeout=120, check=True)
+    assert re.search(r"^memoryd index: 5/5 files done \(2 indexed, 3 skipped\), ", piped.stderr, re.M), piped.stderr
+    assert piped.stdout.startswith("indexed 2 files of agent main (") and "; 3 skipped, 0 deleted)" in piped.stdout
+    result = json.loads(subprocess.run([*CLI, "index", "--agent", "main", "--json"], env=_env(config),
+                                       capture_output=True, text=True, timeout=120, check=True).stdout)
+    status = json.loads(subprocess.run([*CLI, "status", "--json"], env=_env(config), capture_output=True, text=True,
+                                       timeout=60, check=True).stdout)
+    assert (result["files"], result["filesSkipped"]) == (2, 3)
+    assert status["agents"]["main"]["index"]["files"] == result["files"] == result["index"]["files"]
+
+
 def test_piped_lines_say_how_many_jobs_are_retrying() -> None:
     out = io.StringIO()
     progress = IndexProgress("lines", 3, stream=out)
     progress.update(Counts(files=3, files_done=1, chunks=4, chunks_done=2, retrying=1))
     progress.close()
-    assert "memoryd index: 1/3 files indexed, 2/4 chunks embedded (" in out.getvalue()
+    assert "memoryd index: 1/3 files done, 2/4 chunks embedded (" in out.getvalue()
     assert out.getvalue().rstrip().endswith("chunks/s), 1 job retrying")
 
 
@@ -242,6 +259,6 @@ def test_status_shows_the_counts_of_a_run_in_progress(workspace: Path, make_sett
     assert (run["run"], run["agent"], run["files"], run["files_done"]) == ("run-s", "main", 2, 0)
     shown = subprocess.run([*CLI, "status"], env=_env(config), capture_output=True, text=True, timeout=60,
                            check=True).stdout
-    assert "memoryd index run run-s (agent main): 0/2 files indexed, 0/0 chunks embedded" in shown
+    assert "memoryd index run run-s (agent main): 0/2 files done, 0/0 chunks embedded" in shown
     runs.count(bus, "run-s", files_done=2)
     assert active_runs(bus) == []  # done runs are dropped

@@ -76,7 +76,7 @@ def test_log_diff_names_each_change_and_who_wrote_it(workspace: Path, make_setti
     gone = changes["memory/old.md"]
     assert gone["event"] == "file.deleted" and gone["status"] == "deleted"
     assert [r["text"] for r in gone["removed"]] == ["- an old note", "- that goes away"]
-    assert out["summary"] == {"changes": 3, "files": 3, "lines_added": 2, "lines_removed": 2, "lines_changed": 1}
+    assert out["summary"] == {"changes": 3, "files": 3, "linesAdded": 2, "linesRemoved": 2, "linesChanged": 1}
     assert [c["path"] for c in until["changes"]] == ["memory/2026-03-01.md"]  # --until: only what came before
     assert "by session flush (session s-42)" in text and "~ 2: - budget is 10k  →  - budget is 12k" in text
     before = json.loads(Pipeline(config, redis_url, settings, tmp_path).cli(

@@ -115,10 +115,10 @@ def test_reindexing_unchanged_workspace_embeds_nothing(pipeline: Pipeline, works
         (workspace / "memory" / f"2026-02-0{day}.md").write_text(
             "\n".join(f"day {day} note {i}: shipped feature {i}" for i in range(120)))
     first = _index(pipeline, workspace)
-    assert first["files"] == 5 and first["chunks_embedded"] == first["chunks"] > 5
+    assert first["files"] == 5 and first["chunksEmbedded"] == first["chunks"] > 5
     second = _index(pipeline, workspace)
-    assert second["chunks_embedded"] == 0
-    assert second["chunks_cached"] == first["chunks"]
+    assert second["chunksEmbedded"] == 0
+    assert second["chunksCached"] == first["chunks"]
 
 
 def test_appending_a_line_to_a_long_daily_log_embeds_at_most_two_chunks(pipeline: Pipeline, workspace: Path) -> None:
@@ -129,7 +129,7 @@ def test_appending_a_line_to_a_long_daily_log_embeds_at_most_two_chunks(pipeline
     with open(log, "a") as handle:
         handle.write("- 18:00 decided to ship on Friday\n")
     second = _index(pipeline, workspace)
-    assert 1 <= second["chunks_embedded"] <= 2
+    assert 1 <= second["chunksEmbedded"] <= 2
 
 
 def test_bad_files_are_reported_and_skipped(pipeline: Pipeline, workspace: Path) -> None:
@@ -219,11 +219,11 @@ def test_keyword_search_survives_failing_providers_and_vectors_arrive_later(
             assert wait_until(lambda: p.keyword(AGENT, "E-503")) == ["memory/2026-04-01.md"]
             assert [r[-1] for r in p.chunks(AGENT, "memory/2026-04-01.md")] == [0]  # vector missing
             status = json.loads(p.cli("status", "--json").stdout)
-            assert status["agents"][AGENT]["index"]["chunks_without_vectors"] == 1
-            assert "gave up after 2 tries" in status["queues"]["provider_errors"][AGENT]["error"]
+            assert status["agents"][AGENT]["index"]["chunksWithoutVectors"] == 1
+            assert "gave up after 2 tries" in status["queues"]["providerErrors"][AGENT]["error"]
             stub.set(embeddings="ok")
             wait_until(lambda: [r[-1] for r in p.chunks(AGENT, "memory/2026-04-01.md")] == [1], timeout=60)
             assert p.query(AGENT, "SELECT count(*) FROM chunk_vectors")[0][0] == 1
-            wait_until(lambda: AGENT not in json.loads(p.cli("status", "--json").stdout)["queues"]["provider_errors"])
+            wait_until(lambda: AGENT not in json.loads(p.cli("status", "--json").stdout)["queues"]["providerErrors"])
         finally:
             p.stop()

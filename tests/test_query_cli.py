@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from retrieval_set import build
@@ -55,6 +59,27 @@ def test_errors_become_exit_codes_with_the_reason(settings: Settings, capsys: py
     assert code == cli.EXIT_ERROR and "climbs out" in err
     code, _, err = run(settings, capsys, "search", "x", "--agent", "nobody")
     assert code == cli.EXIT_ERROR and "unknown agent" in err
+
+
+def test_a_deleted_index_is_answered_with_replay_when_the_log_is_there(workspace: Path, make_settings,
+                                                                       redis_url: str) -> None:
+    (workspace / "memory" / "2026-01-20.md").write_text("- shipped the E-404 fix\n")
+    settings, config = make_settings(workspace, redis=redis_url)
+    env = dict(os.environ, MEMORYD_CONFIG=str(config))
+
+    def memoryd(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "memoryd.services.cli", *argv], env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    search = memoryd("search", "E-404 fix", "--json")
+    assert search.returncode == 1 and "`memoryd index --agent main`" in search.stderr  # no index, no log yet
+    assert "replay" not in search.stderr
+    assert memoryd("index", "--agent", "main").returncode == 0
+    settings.index_path("main").unlink()
+    search = memoryd("search", "E-404 fix", "--json")
+    assert search.returncode == cli.EXIT_ERROR and "`memoryd replay --agent main` rebuilds the index" in search.stderr
+    assert memoryd("replay", "--agent", "main").returncode == 0
+    assert json.loads(memoryd("search", "E-404 fix", "--json").stdout)["results"]
 
 
 @pytest.mark.parametrize("command", ["search", "get", "serve", "mcp"])

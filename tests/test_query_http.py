@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi import APIRouter
 from fastapi.testclient import TestClient
 from retrieval_set import build
 
 from memoryd.services.query.http import create_app
+from memoryd.shared.config.settings import Settings
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory):
-    settings = build(tmp_path_factory.mktemp("http"), provider="hash")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return build(tmp_path_factory.mktemp("http"), provider="hash")
+
+
+@pytest.fixture(scope="module")
+def client(settings: Settings):
     extra = APIRouter()
 
     @extra.get("/v1/ping-from-another-service")
@@ -80,3 +87,52 @@ def test_errors_are_json_with_a_code(client: TestClient, method: str, url: str, 
 
 def test_other_services_routers_are_mounted(client: TestClient) -> None:
     assert client.get("/v1/ping-from-another-service").json() == {"pong": True}
+
+
+def _one_shape(r) -> dict:  # noqa: ANN001 - an httpx response
+    """The error of ``r``: exactly ``{"error": {"code", "message"}}``, in the one serialization."""
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    assert r.content == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), r.content
+    assert r.headers["content-type"] == "application/json"
+    return body["error"]
+
+
+@pytest.mark.parametrize("method, url, body, status, code, says", [
+    ("GET", "/v1/nothing-here", None, 404, "not_found", "no route GET /v1/nothing-here"),
+    ("GET", "/nothing-at-all", None, 404, "not_found", "routes are listed at /docs"),
+    ("GET", "/v1/agents/main/memory_search", None, 405, "method_not_allowed", "this route takes POST"),
+    ("DELETE", "/v1/agents", None, 405, "method_not_allowed", "this route takes GET"),
+    ("POST", "/v1/agents/nobody/memory_search", {"query": "x"}, 404, "unknown_agent", "unknown agent 'nobody'"),
+    ("POST", "/v1/agents/main/memory_search", {}, 422, "bad_request", "query: Field required"),
+])
+def test_every_error_has_one_shape_and_one_serialization(client: TestClient, method: str, url: str,
+                                                         body: dict | None, status: int, code: str, says: str) -> None:
+    r = client.request(method, url, json=body)
+    assert r.status_code == status
+    error = _one_shape(r)
+    assert error["code"] == code and says in error["message"], error
+    if status == 405:
+        assert r.headers["allow"]
+
+
+def test_auth_refusals_are_serialized_as_every_other_error(settings: Settings) -> None:
+    with TestClient(create_app(settings, require_token=True)) as guarded:
+        r = guarded.post("/v1/agents/main/memory_search", json={"query": "x"})
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        assert _one_shape(r)["code"] == "unauthorized"
+        r = guarded.post("/v1/agents/main/memory_search", json={"query": "x"}, headers={"Authorization": "Bearer no"})
+        assert r.status_code == 401 and _one_shape(r)["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize("headers, sent", [({}, "no Content-Type header"),
+                                           ({"Content-Type": "text/plain"}, "Content-Type: text/plain"),
+                                           ({"Content-Type": "application/x-www-form-urlencoded"},
+                                            "Content-Type: application/x-www-form-urlencoded")])
+def test_a_json_body_without_the_json_content_type_names_the_header(client: TestClient, headers: dict[str, str],
+                                                                    sent: str) -> None:
+    r = client.post("/v1/agents/main/memory_search", content=b'{"query": "E-404"}', headers=headers)
+    assert r.status_code == 422
+    error = _one_shape(r)
+    assert error["code"] == "bad_request" and "'Content-Type: application/json'" in error["message"], error
+    assert f"(this request had {sent})" in error["message"] and "valid dictionary" not in error["message"]

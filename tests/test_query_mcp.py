@@ -59,6 +59,11 @@ async def round_trip(client: Client, workspace: Path) -> None:
     text = invalid.content[0].text
     assert invalid.is_error and text.startswith("bad_request: maxResults: "), text
     assert "pydantic" not in text and "http" not in text  # no raw pydantic text, no link
+    for tool, arguments in (("memory_search", {"query": "E-404", "bogus": 1}),
+                            ("memory_get", {"path": top["path"], "bogus": 1})):
+        unknown = await client.call_tool(tool, arguments)  # HTTP answers 422; so does MCP, naming the field
+        text = unknown.content[0].text
+        assert unknown.is_error and text.startswith(f"bad_request: bogus: not an argument of {tool} (it takes "), text
 
 
 def test_stdio_round_trip(settings: Settings) -> None:
@@ -107,3 +112,16 @@ def test_an_unknown_agent_fails_before_serving(settings: Settings) -> None:
         env=server_env(settings), cwd=str(REPO), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )
     assert done.returncode != 0 and "unknown agent 'nobody'" in done.stderr
+
+
+def test_stdin_that_is_not_json_rpc_is_answered_named_and_fails_the_exit(settings: Settings) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "memoryd.services.cli", "mcp", "--agent", "main", "--config", settings.source_file],
+        env=server_env(settings), cwd=str(REPO), capture_output=True, text=True, timeout=60,
+        input='garbage here\n{"not": "json-rpc"}\n',
+    )
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["id"], r["error"]["code"]) for r in replies] == [(None, -32700), (None, -32600)], done.stdout
+    assert "line 1 of stdin is not JSON" in replies[0]["error"]["message"]
+    assert "line 1 of stdin is not JSON" in done.stderr and "line 2 of stdin is JSON, but not a JSON-RPC" in done.stderr
+    assert done.returncode == 1 and "2 of its 2 lines were not JSON-RPC messages" in done.stderr

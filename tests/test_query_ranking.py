@@ -219,6 +219,17 @@ def test_an_english_only_model_is_not_stretched_for_a_chinese_question() -> None
     assert fusion.anchors("local", "what does PO-409 mean 中文") == fusion.COSINE_ANCHORS["local"]
 
 
+def test_a_question_of_codes_alone_gets_no_vector_evidence_whatever_its_rank() -> None:
+    assert [keyword.parse(q).codes_only for q in ("E-4711", "what was INC-2026-031?", "2026-01-20")] == [True] * 3
+    assert not any(keyword.parse(q).codes_only for q in ("what does E-404 mean", "POSTGRES_URL", "follow-up", "Kafka"))
+    span = fusion.anchors("local", "E-4711", codes_only=True)
+    unrelated = Candidate(1, vector=0.37, vector_rank=1, text=0.0)  # rank 1 of the vector side, no keyword match
+    assert fusion.calibrated_rrf(unrelated, 2, span) == 0.0
+    assert fusion.calibrated_rrf(unrelated, 2, fusion.anchors("local", "E-4711")) > 0.35  # what it scored before
+    holder = Candidate(2, vector=0.2, vector_rank=5, text=0.8, text_rank=1)  # a note holding the code
+    assert fusion.calibrated_rrf(holder, 2, span) > 0.35
+
+
 def test_the_same_cosine_counts_more_from_minilm_than_raw() -> None:
     c = Candidate(1, vector=0.3, vector_rank=1)  # a paraphrase's typical MiniLM cosine
     assert fusion.calibrated_rrf(c, 1, fusion.COSINE_ANCHORS["local"]) > 0.35 > fusion.calibrated_rrf(c, 1)

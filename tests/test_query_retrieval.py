@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 from recall_set import ask, build, questions, score
 
+from memoryd.services.query import keyword
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
 
@@ -105,6 +106,14 @@ def test_memory_answers_before_a_knowledge_base_that_says_something_similar(serv
 def test_off_topic_questions_find_nothing(services) -> None:
     for query in ("what is the capital of Peru", "recipe for banana bread", "best hiking trails in Patagonia"):
         assert services[0].search("ws01", SearchRequest(query=query)).results == []
+
+
+def test_a_code_no_note_holds_finds_nothing_and_codes_notes_hold_are_found(services, subset) -> None:
+    # MiniLM puts "E-4711" at cosine 0.27-0.37 of arbitrary notes: it scored 0.35-0.48 before (issue 22, item 9)
+    for ws in SUBSET:
+        assert services[0].search(ws, SearchRequest(query="E-4711")).results == [], ws
+    codes = [q for q in subset if keyword.parse(q.q).codes_only]
+    assert codes and score(ask(services[0], codes))["R@1"] == 1.0
 
 
 def test_the_local_model_answers_in_hybrid_mode(services) -> None:

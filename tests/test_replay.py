@@ -115,8 +115,8 @@ def test_replay_into_answers_like_the_live_index_with_zero_provider_calls(
         history: History, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = json.loads(cli(history.env, "replay", "--agent", "main", "--into",
                          str(tmp_path / "cli" / "memory" / "main.sqlite"), "--json").stdout)
-    assert out["chunks_embedded"] == 0 and out["vectors_missing"] == 0 and out["swapped"] is False
-    assert out["chunks_cached"] > 0 and out["files_deleted"] == 1
+    assert out["chunksEmbedded"] == 0 and out["vectorsMissing"] == 0 and out["swapped"] is False
+    assert out["chunksCached"] > 0 and out["filesDeleted"] == 1
 
     def no_calls(*_: object) -> None:
         raise AssertionError("replay called the embedding provider")
@@ -165,7 +165,7 @@ def test_replay_until_gives_the_index_as_it_was_then(history: History, tmp_path:
     by_time, by_seq = tmp_path / "then-time.sqlite", tmp_path / "then-seq.sqlite"
     out = json.loads(cli(history.env, "replay", "--agent", "main", "--until", history.then, "--into", str(by_time),
                          "--json").stdout)
-    assert out["chunks_embedded"] == 0 and out["until"]
+    assert out["chunksEmbedded"] == 0 and out["until"]
     replay(history.settings, "main", until=Until(seq=history.then_seq), into=by_seq)
     for into in (by_time, by_seq):
         then = _files(into)
@@ -220,7 +220,7 @@ def test_replay_without_into_swaps_the_live_index_atomically(history: History) -
     old.conn.execute("BEGIN")
     chunks = old.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
     out = json.loads(cli(history.env, "replay", "--agent", "main", "--json").stdout)
-    assert out["swapped"] is True and out["chunks_embedded"] == 0
+    assert out["swapped"] is True and out["chunksEmbedded"] == 0
     assert index.stat().st_ino != inode and answers(history.settings) == before
     assert old.conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == chunks > 0
     old.conn.execute("ROLLBACK")
@@ -242,7 +242,7 @@ def test_reembed_after_a_model_change(tmp_path: Path, redis_url: str) -> None:
                          str(into), "--reembed", "--json").stdout)
     reader = IndexReader(into)
     chunks = reader.conn.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]
-    assert out["chunks_embedded"] == chunks > 0 and reader.missing_vectors() == 0
+    assert out["chunksEmbedded"] == chunks > 0 and reader.missing_vectors() == 0
     reader.close()
     again = replay(settings, "main", into=into, reembed=True)
     assert again["chunks_embedded"] == 0 and again["chunks_cached"] == chunks  # stored once, by hash

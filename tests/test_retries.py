@@ -64,10 +64,10 @@ def test_spent_retries_park_the_job_until_memoryd_retry(indexer: Pipeline) -> No
 
     status = _status(p)
     assert status["queues"]["index"]["failed"] == 1
-    [shown] = status["agents"]["main"]["failed_jobs"]
-    assert shown["id"] == "blocked-1" and shown["stage"] == "index" and shown["retries_left"] == 0
+    [shown] = status["agents"]["main"]["failedJobs"]
+    assert shown["id"] == "blocked-1" and shown["stage"] == "index" and shown["retriesLeft"] == 0
     assert "main.sqlite" in shown["error"] or "database" in shown["error"], shown
-    assert shown["failed_at"] > 0
+    assert shown["failedAt"] > 0
     [listed] = _status(p, "--failed")["failed"]
     assert {k: listed[k] for k in ("id", "agent", "stage")} == {"id": "blocked-1", "agent": "main", "stage": "index"}
     human = p.cli("status", "--failed").stdout
@@ -75,11 +75,11 @@ def test_spent_retries_park_the_job_until_memoryd_retry(indexer: Pipeline) -> No
 
     blocker.rmdir()
     out = json.loads(p.cli("retry", "--agent", "main", "--json").stdout)
-    assert out == {"requeued": ["blocked-1"], "not_failed": []}
+    assert out == {"requeued": ["blocked-1"], "notFailed": []}
     wait_until(lambda: Job.fetch("blocked-1", connection=p.conn).get_status() == JobStatus.FINISHED, timeout=30,
                what="the requeued job to succeed")
     assert p.query("main", "SELECT path, status FROM files") == [("memory/x.md", "deleted")]
-    assert _status(p)["agents"]["main"]["failed_jobs"] == []
+    assert _status(p)["agents"]["main"]["failedJobs"] == []
     assert p.cli("retry", "nope", check=False).returncode == 1  # naming a job that is not failed
 
 

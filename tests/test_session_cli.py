@@ -75,7 +75,7 @@ def test_append_context_show_compact_and_new_through_the_cli(workspace: Path, ma
         ended = _json(_memoryd(config, *s, "new", "--session", "cli", "--json"))
         assert ended["reset"] and (workspace / ended["files"][0]).is_file()
         plain = _memoryd(config, *s, "show", "--session", "cli")
-        assert "compactionCount: 0" in plain.stdout and "resets: 1" in plain.stdout
+        assert "compaction count: 0" in plain.stdout and "resets: 1" in plain.stdout
 
 
 @pytest.mark.parametrize(("args", "stdin", "message"), [

@@ -58,11 +58,11 @@ def test_status_counts_jobs_per_agent_and_queue(tmp_path: Path, redis_url: str) 
     assert a["queues"]["chunk"] == {"pending": 0, "started": 0, "scheduled": 0, "failed": 0}
     assert status["queues"]["index"] == {"pending": 2, "started": 0, "scheduled": 1, "failed": 1}
 
-    [waiting] = b["scheduled_jobs"]
-    assert waiting["id"] == "b-wrong-queue" and waiting["stage"] == "index" and waiting["retries_left"] == 2
-    assert waiting["retry_at"] > waiting["failed_at"] > 0
-    [failed] = a["failed_jobs"]
+    [waiting] = b["scheduledJobs"]
+    assert waiting["id"] == "b-wrong-queue" and waiting["stage"] == "index" and waiting["retriesLeft"] == 2
+    assert waiting["retryAt"] > waiting["failedAt"] > 0
+    [failed] = a["failedJobs"]
     assert failed["id"] == "a-wrong-queue" and failed["state"] == "failed"
     for job in (waiting, failed):  # the reason, whether or not this process had a memoryd context
         assert "file.changed" in job["error"] or "outside a memoryd worker" in job["error"], job
-    assert a["scheduled_jobs"] == [] and b["failed_jobs"] == []
+    assert a["scheduledJobs"] == [] and b["failedJobs"] == []

@@ -7,9 +7,9 @@ running workers, the watcher and the query service pick the change up without a 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from memoryd.services.cli.output import print_json
 from memoryd.services.cli.status import print_result
 from memoryd.shared.config.bootstrap import ensure_workspace
 from memoryd.shared.config.settings import ExtraPath, ProviderName, Settings
@@ -74,7 +74,7 @@ def cmd_add(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     listed = agents.describe(settings)
     if args.json:
-        print(json.dumps({"agents": listed}, indent=2))
+        print_json({"agents": listed})
         return 0
     for a in listed:
         extra = ", ".join(f"{e['source']}={e['path']}" for e in a["extraPaths"])

@@ -177,8 +177,8 @@ def queue_run(bus: busmod.Bus, settings: Settings, agent: AgentConfig, run: str)
 def _counts(bus: busmod.Bus, run: str, total: int, embedding: bool) -> Counts:
     raw = runs.counts(bus, run)
     done = raw.get("chunks_embedded", 0) + raw.get("chunks_cached", 0) if embedding else raw.get("chunks", 0)
-    return Counts(files=total, files_done=raw.get("files_done", 0), chunks=raw.get("chunks_found", 0),
-                  chunks_done=done)
+    return Counts(files=total, files_done=raw.get("files_done", 0), skipped=raw.get("files_skipped", 0),
+                  deleted=raw.get("files_deleted", 0), chunks=raw.get("chunks_found", 0), chunks_done=done)
 
 
 def stall_seconds(settings: Settings) -> float:
@@ -214,7 +214,7 @@ def follow(bus: busmod.Bus, run: str, total: int, progress: IndexProgress, *, em
         elif now - moved_at > stall:
             waiting = "this process's stage threads" if local else "the running workers (`memoryd status`)"
             raise IndexFailed(f"memoryd index run {run}: nothing moved for {stall:.0f}s with {counts.files_done}/"
-                              f"{total} files indexed; waited for {waiting}. See `memoryd status`")
+                              f"{total} files done; waited for {waiting}. See `memoryd status`")
         time.sleep(d.INDEX_POLL_SECONDS)
         retrying = counts.retrying
         counts = _counts(bus, run, total, embedding)
@@ -258,9 +258,9 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
         "agent": agent.id,
         "workspace": str(agent.workspace),
         "run": run,
-        "files": chunking,
-        "files_deleted": raw.get("files_deleted", 0),
-        "files_skipped": raw.get("files_skipped", 0),
+        "files": counts.files_done - counts.skipped - counts.deleted,  # indexed: as `memoryd status` counts them
+        "files_deleted": counts.deleted,
+        "files_skipped": counts.skipped,
         "chunks": raw.get("chunks", 0),
         "chunks_embedded": raw.get("chunks_embedded", 0),
         "chunks_cached": raw.get("chunks_cached", 0),
@@ -272,7 +272,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print_result(result, True)
     else:
-        print(f"indexed {plural(counts.files_done, 'file')} of agent {agent.id} ({plural(result['chunks'], 'chunk')}"
+        print(f"indexed {plural(result['files'], 'file')} of agent {agent.id} ({plural(result['chunks'], 'chunk')}"
               f", {result['chunks_embedded']} embedded, {result['chunks_cached']} from the cache; "
               f"{result['files_skipped']} skipped, {result['files_deleted']} deleted) in {result['seconds']:.1f}s "
               f"by {result['worked_by']}; Redis {result['redis']}")

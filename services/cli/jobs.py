@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import memoryd.services.pipeline  # noqa: F401  (the stages register their jobs with the bus)
 import memoryd.services.session  # noqa: F401  (so do the session jobs)
+from memoryd.services.cli.output import print_json
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.runtime import bus as busmod
 from memoryd.shared.runtime import redis_server
@@ -36,7 +36,7 @@ def failed_listing(settings: Settings, *, as_json: bool) -> int:
     """``memoryd status --failed``: one line (or JSON object) per failed job."""
     failed = jobs.failed_jobs(_bus(settings))
     if as_json:
-        print(json.dumps({"failed": [j.as_dict() for j in failed]}, indent=2))
+        print_json({"failed": [j.as_dict() for j in failed]})
         return 0
     if not failed:
         print("no failed jobs")
@@ -49,7 +49,7 @@ def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
     requeued = jobs.retry_failed(_bus(settings), job_ids=args.job_ids, agent=args.agent, stage=args.stage)
     missing = sorted(set(args.job_ids) - set(requeued))
     if args.json:
-        print(json.dumps({"requeued": requeued, "not_failed": missing}, indent=2))
+        print_json({"requeued": requeued, "notFailed": missing})
     else:
         print(f"requeued {len(requeued)} failed job(s)" + (f": {' '.join(requeued)}" if requeued else ""))
         if missing:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
 
+from memoryd.services.cli.output import print_json
 from memoryd.services.cli.status import print_result
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.log.fold import Until
@@ -62,7 +62,7 @@ def cmd_diff(args: argparse.Namespace, settings: Settings) -> int:
     settings.agent(args.agent)
     result = diff(settings, args.agent, Until.parse(args.since), Until.parse(args.until) if args.until else None)
     if args.json:
-        print(json.dumps(result, indent=2, ensure_ascii=False))
+        print_json(result)
     else:
         print(format_diff(result))
     return 0

@@ -180,7 +180,7 @@ def _tokens_required(settings: Settings, host: str, insecure: bool) -> bool:
 
 
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
-    from memoryd.services.query.mcp import build_server
+    from memoryd.services.query.mcp import build_server, run_stdio
 
     mcp = build_server(settings, args.agent, _service(settings))
     if args.http:
@@ -193,6 +193,5 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
         app = http_app(mcp, settings, args.agent, host=host,
                        require_token=_tokens_required(settings, host, args.insecure))
         uvicorn.run(app, host=host, port=args.port or server.port + 1, log_level="warning")
-    else:
-        mcp.run("stdio")
-    return 0
+        return 0
+    return run_stdio(mcp)

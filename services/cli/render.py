@@ -63,7 +63,7 @@ def render_status(data: dict[str, Any], out: IO[str] | None = None) -> None:
         console.print(f"[red]queues unknown: {queues['error']}[/red]")
     for run in data.get("index_runs", []):
         console.print(f"memoryd index run {run['run'][:8]} (agent {run['agent']}): {run['files_done']}/{run['files']} "
-                      f"files indexed, {run['chunks_embedded']}/{run['chunks']} chunks embedded, "
+                      f"files done, {run['chunks_embedded']}/{run['chunks']} chunks embedded, "
                       f"started {_ago(run['started'])}")
     for agent_id, agent in data["agents"].items():
         console.print()

@@ -8,12 +8,13 @@ session``, started by ``memoryd up``) runs those jobs.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from pydantic import ValidationError
 
+from memoryd.services.cli.output import print_json
+from memoryd.services.cli.text import key_lines
 from memoryd.services.session.service import NewMessage, Sessions, context_json
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.exceptions import BadRequest, validation_problems
@@ -53,7 +54,10 @@ def _sessions(settings: Settings) -> Sessions:
 
 
 def _print(args: argparse.Namespace, result: dict[str, Any], text: str) -> int:
-    print(json.dumps(result, ensure_ascii=False, indent=2) if args.json else text)
+    if args.json:
+        print_json(result)
+    else:
+        print(text)
     return 0
 
 
@@ -128,4 +132,4 @@ def cmd_reset(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     result = _sessions(settings).show(args.agent, args.session)
-    return _print(args, result, "\n".join(f"{k}: {v}" for k, v in result.items()))
+    return _print(args, result, key_lines(result))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from memoryd.services.cli.hygiene import secrets_check, transcripts_check
 from memoryd.services.cli.jobs import failed_listing
+from memoryd.services.cli.output import print_json
+from memoryd.services.cli.text import key_lines
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.embed import providers
 from memoryd.shared.exceptions import IndexMissing, MemorydError
@@ -156,7 +157,7 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
         checks += language_check(settings, agent_id)
         checks += [c for c in (secrets_check(settings, agent_id), transcripts_check(settings, agent_id)) if c]
     if args.json:
-        print(json.dumps({"ok": all(c["ok"] for c in checks), "checks": checks}, indent=2))
+        print_json({"ok": all(c["ok"] for c in checks), "checks": checks})
     else:
         for c in checks:
             print(f"{'ok  ' if c['ok'] else 'FAIL'} {c['check']:<16} {c['detail']}")
@@ -197,8 +198,8 @@ def language_check(settings: Settings, agent_id: str) -> list[dict[str, Any]]:
 
 
 def print_result(data: dict[str, Any], as_json: bool) -> None:
+    """A command's result: JSON on stdout (camelCase names), or ``key: value`` lines in words for a person."""
     if as_json:
-        print(json.dumps(data, indent=2, default=str))
+        print_json(data)
         return
-    for key, value in data.items():
-        print(f"{key}: {json.dumps(value, default=str) if isinstance(value, dict | list) else value}")
+    print(key_lines(data))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,17 +20,33 @@ from typing import Any
 from memoryd.services.query import keyword as query_keyword
 from memoryd.services.query.ranking import ChunkRow
 from memoryd.services.query.vectors import VectorIndex
+from memoryd.shared.config.settings import Settings
 from memoryd.shared.exceptions import IndexMissing
 from memoryd.shared.index import sqlitedb
 from memoryd.shared.index.indexvectors import read_meta
 from memoryd.shared.index.store import META_DIMS, META_EMBEDDER, META_GENERATION, chunk_count
+from memoryd.shared.log.eventlog import log_dir, segments
+
+
+def missing_index(settings: Settings, agent_id: str) -> str:
+    """What to do about an agent whose index file is gone: replay its event log when it has one
+    (the log and the content store hold every chunk and vector: no provider call), else index."""
+    index = f"no index at {settings.index_path(agent_id)} for agent {agent_id}"
+    if segments(log_dir(settings, agent_id)):
+        return (f"{index}; its event log is there: `memoryd replay --agent {agent_id}` rebuilds the index from it "
+                f"in seconds, without calling the embedding provider (or run `memoryd index --agent {agent_id}`, "
+                "or start the pipeline: `memoryd up`)")
+    return f"{index}; start the pipeline (`memoryd up`) or run `memoryd index --agent {agent_id}`"
 
 
 class AgentIndex:
-    """One agent's index as the query service sees it. Use :meth:`snapshot` for every read."""
+    """One agent's index as the query service sees it. Use :meth:`snapshot` for every read;
+    ``missing()`` is the message when the file is not there."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, missing: Callable[[], str] | None = None) -> None:
         self.path = path
+        self.missing = missing or (lambda: f"no index at {path}; start the pipeline (`memoryd up`) or run "
+                                           "`memoryd index`")
         self.conn: Any = None
         self.identity: tuple[int, int] | None = None
         self.generation: str | None = None
@@ -61,8 +77,7 @@ class AgentIndex:
             st = os.stat(self.path)
         except FileNotFoundError:
             self.close()
-            raise IndexMissing(f"no index at {self.path}; start the pipeline (`memoryd up`) or run "
-                               "`memoryd index`") from None
+            raise IndexMissing(self.missing()) from None
         identity = (st.st_dev, st.st_ino)
         if identity != self.identity:
             self.close()

@@ -10,16 +10,16 @@ MCP SDK's streamable-HTTP app alike. For every guarded request:
 - the token's principal (``agent:<id>`` or ``admin``) goes to the app in ``scope["state"]``,
   where ``GET /v1/agents`` reads it to show an agent token only its own agent, without paths.
 
-Errors have the API's shape, ``{"error": {"code", "message"}}``; a 401 says
-``WWW-Authenticate: Bearer``. ``/healthz``, ``/docs`` and ``/openapi.json`` stay open.
+Errors are the API's, written by services/query/errors.py (same shape, same bytes); a 401
+says ``WWW-Authenticate: Bearer``. ``/healthz``, ``/docs`` and ``/openapi.json`` stay open.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
+from memoryd.services.query.errors import error_response
 from memoryd.shared.config.tokens import ADMIN, Tokens, allows
 
 Scope = dict[str, Any]
@@ -55,7 +55,9 @@ class BearerAuth:
             return
         principal, refusal = self.check(scope)
         if refusal is not None:
-            await _refuse(send, *refusal)
+            status, code, message = refusal
+            challenge = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+            await error_response(status, code, message, headers=challenge)(scope, receive, send)
             return
         scope.setdefault("state", {})[PRINCIPAL] = principal
         await self.app(scope, receive, send)
@@ -79,12 +81,3 @@ class BearerAuth:
         if agent is not None and not allows(principal, agent):
             return None, (403, "forbidden", f"this token is not valid for agent {agent!r}")
         return principal, None
-
-
-async def _refuse(send: Send, status: int, code: str, message: str) -> None:
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if status == 401:
-        headers.append((b"www-authenticate", b"Bearer"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from memoryd.services.query import fusion, ranking
 from memoryd.services.query import keyword as query_keyword
-from memoryd.services.query.agentindex import AgentIndex
+from memoryd.services.query.agentindex import AgentIndex, missing_index
 from memoryd.services.query.cache import IndexCache
 from memoryd.services.query.models import (
     SNIPPET_MAX_CHARS,
@@ -56,7 +56,7 @@ class _Search:
     min_score: float
     max_results: int
     explain: bool
-    anchors: tuple[float, float]  # the cosines that mean no and full vector evidence (fusion.anchors)
+    anchors: fusion.Span  # the cosines that mean no and full vector evidence (fusion.anchors)
 
 
 @dataclass
@@ -73,7 +73,8 @@ class QueryService:
         self._live = LiveSettings(settings)
         self._seen = settings
         budget = settings.memoryd.query
-        self._indexes = IndexCache(lambda agent_id: AgentIndex(self.settings.index_path(agent_id)),
+        self._indexes = IndexCache(lambda agent_id: AgentIndex(self.settings.index_path(agent_id),
+                                                                lambda: missing_index(self.settings, agent_id)),
                                    budget.cache_megabytes * 1024 * 1024, budget.max_open_indexes)
         #: Provider chains by memorySearch configuration: as many as there are configurations, not agents.
         self._providers: dict[str, list[providers.Provider]] = {}
@@ -149,8 +150,10 @@ class QueryService:
         limit = max_results * q.hybrid.candidate_multiplier
         provider_name, model, _ = providers.describe(search)
         window = ranking.DateWindow(request.after, request.before)
-        plan = _Search(agent, query_keyword.parse(request.query, window), mode, limit, source, min_score,
-                       max_results, request.explain, fusion.anchors(provider_name, request.query))
+        keyword = query_keyword.parse(request.query, window)
+        # fusion "vector" asks for the vector side's own scores: codes or not, they are shown
+        span = fusion.anchors(provider_name, request.query, codes_only=keyword.codes_only and mode != "vector")
+        plan = _Search(agent, keyword, mode, limit, source, min_score, max_results, request.explain, span)
         # The query's embedding starts now, outside the agent's lock, on its provider's own thread.
         embedding = self._embedding(agent, request.query) if mode != "keyword" else Vectors(None, None)
         started = time.monotonic()

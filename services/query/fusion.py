@@ -45,7 +45,17 @@ COSINE_ANCHORS: dict[str, tuple[float, float]] = {
 #: not a stretched one: there its cosines are noise (tune, CJK questions: R@6 0.66 → 0.70).
 #: A question is "in CJK" when at least this share of its letters are CJK characters.
 CJK_QUESTION_SHARE = 0.5
-RAW = (0.0, 1.0)
+#: (no evidence, full evidence) cosines; None: the vector side gives no evidence at all.
+Span = tuple[float, float] | None
+RAW: Span = (0.0, 1.0)
+#: The span of a question made only of codes (``E-4711``, ``what was INC-7781?``, ``2026-01-20``;
+#: keyword.KeywordQuery.codes_only): an embedding model has nothing in it to read. MiniLM puts
+#: ``E-4711`` at cosine 0.27–0.37 of arbitrary notes in every workspace of the recall set, the
+#: range where its vector-only answers to real questions lie (0.275–0.49), so no anchor tells the
+#: two apart: such a question's vector side still orders the candidates (its ranks) but gives no
+#: evidence, and only a chunk holding the code (text ≥ the identifier floor, 0.8) passes minScore.
+#: The recall set's 10 such questions are all answered at rank 1 by the keyword side either way.
+CODES_ONLY: Span = None
 
 
 @dataclass
@@ -74,20 +84,25 @@ def weighted(candidate: Candidate, vector_weight: float, text_weight: float, squ
     return _clamp((vector_weight * v + text_weight * squashed_text) / total)
 
 
-def anchors(provider: str, query: str) -> tuple[float, float]:
-    """The cosines that mean no and full vector evidence for this provider and question."""
+def anchors(provider: str, query: str, codes_only: bool = False) -> Span:
+    """The cosines that mean no and full vector evidence for this provider and question
+    (``codes_only``: the question is nothing but codes, CODES_ONLY)."""
+    if codes_only:
+        return CODES_ONLY
     if provider in ENGLISH_ONLY and cjk_share(query) >= CJK_QUESTION_SHARE:
         return RAW
     return COSINE_ANCHORS.get(provider, RAW)
 
 
-def vector_evidence(cosine: float | None, span: tuple[float, float] = RAW) -> float:
-    """The cosine mapped onto 0..1 by ``span`` = (no evidence, full evidence)."""
+def vector_evidence(cosine: float | None, span: Span = RAW) -> float:
+    """The cosine mapped onto 0..1 by ``span`` = (no evidence, full evidence); 0 for no span."""
+    if span is None:
+        return 0.0
     low, high = span
     return _clamp(((cosine or 0.0) - low) / (high - low))
 
 
-def calibrated_rrf(candidate: Candidate, sides: int, span: tuple[float, float] = RAW) -> float:
+def calibrated_rrf(candidate: Candidate, sides: int, span: Span = RAW) -> float:
     """Noisy-OR of the two sides' evidence, scaled by the chunk's reciprocal ranks on ``sides`` sides."""
     v = vector_evidence(candidate.vector, span)
     t = _clamp(candidate.text or 0.0)

@@ -134,6 +134,12 @@ class KeywordQuery:
     def empty(self) -> bool:
         return not self.terms
 
+    @property
+    def codes_only(self) -> bool:
+        """Every term is an identifier with a digit (``E-4711``, ``what was INC-2026-031?``, ``2026-01-20``):
+        nothing an embedding model reads as words (in ``POSTGRES_URL`` or ``follow-up`` it does)."""
+        return bool(self.terms) and all(t.identifier and any(ch.isdigit() for ch in t.phrase) for t in self.terms)
+
 
 def parse(query: str, window: DateWindow | None = None) -> KeywordQuery:
     """The query's search terms: stop words dropped, CJK runs as overlapping bigrams.

@@ -6,16 +6,25 @@ answers for one agent, so an agent can never reach another's memory through it.
 
 The tool descriptions are the seed's (SPEC §5). Results are the same JSON as the HTTP
 API's, as structured content and as JSON text. memoryd errors become tool errors whose
-text starts with the error code (``path_refused: …``).
+text starts with the error code (``path_refused: …``); an argument the tool does not take is
+``bad_request: NAME: …``, as the HTTP API refuses it. Over stdio a line that is not a JSON-RPC
+message is answered with a JSON-RPC error (``-32700`` parse error, ``-32600`` invalid
+request) and named on stderr, and the server exits 1 when stdin ends after one.
 """
 
 from __future__ import annotations
 
 import inspect
+import sys
+from types import TracebackType
 from typing import Annotated, Any
 
+import anyio
+import mcp_types
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 from pydantic import Field, ValidationError
 
 from memoryd.services.query.auth import BearerAuth
@@ -49,12 +58,76 @@ def _call(func: Any, model: type, **arguments: Any) -> dict[str, Any]:
         raise ToolError(f"bad_request: {validation_problems(exc)}") from exc
 
 
+class _CheckedLines:
+    """The stdio transport's read stream, minus what is not a JSON-RPC message: the SDK passes such a
+    line on as an exception and drops it without a word. Here each one is answered with a JSON-RPC
+    error (id null) and named on stderr; ``refused`` counts them."""
+
+    def __init__(self, inner: Any, replies: Any) -> None:
+        self.inner = inner
+        self.replies = replies
+        self.lines = 0
+        self.refused = 0
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self.inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self.inner.receive()
+            self.lines += 1
+            if not isinstance(item, Exception):
+                return item
+            self.refused += 1
+            await self._refuse(item)
+
+    async def _refuse(self, exc: Exception) -> None:
+        problems = exc.errors() if isinstance(exc, ValidationError) else []
+        if any(p["type"] == "json_invalid" for p in problems):
+            code, what = mcp_types.PARSE_ERROR, f"not JSON ({problems[0]['msg']})"
+        else:
+            code, what = mcp_types.INVALID_REQUEST, "JSON, but not a JSON-RPC 2.0 request, notification or response"
+        message = f"line {self.lines} of stdin is {what}: send one JSON-RPC 2.0 message per line"
+        print(f"memoryd mcp: {message}", file=sys.stderr, flush=True)
+        error = mcp_types.JSONRPCError(jsonrpc="2.0", id=None, error=mcp_types.ErrorData(code=code, message=message))
+        await self.replies.send(SessionMessage(error))
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def __aiter__(self) -> _CheckedLines:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _CheckedLines:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+
 class _Server(MCPServer):
     """The SDK's server, with tool errors as documented: ``<code>: <message>``. The SDK words a
     failed call ``Error executing tool NAME: …`` and argument validation as raw pydantic text
     with a link; here the first is our own ToolError's text and the second ``bad_request: …``."""
 
+    #: (lines of stdin that were not JSON-RPC, lines read), once the stdio loop has ended.
+    refused: tuple[int, int] = (0, 0)
+
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        tool = next((t for t in await self.list_tools() if t.name == name), None)
+        takes = list(tool.input_schema.get("properties", {})) if tool else []
+        unknown = [key for key in arguments if tool and key not in takes]
+        if unknown:  # the SDK would drop them without a word; HTTP refuses them too (extra="forbid")
+            raise ToolError("bad_request: " + "; ".join(f"{key}: not an argument of {name}" for key in unknown)
+                            + f" (it takes {', '.join(takes)})")
         try:
             return await super().call_tool(name, arguments, context)
         except UnexpectedToolError:
@@ -67,8 +140,18 @@ class _Server(MCPServer):
                 raise cause from cause.__cause__
             raise
 
+    async def run_stdio_async(self) -> None:
+        """The SDK's stdio loop, with lines that are not JSON-RPC answered and counted (``refused``)."""
+        async with stdio_server() as (read_stream, write_stream):
+            inbound = _CheckedLines(read_stream, write_stream)
+            try:  # what MCPServer.run_stdio_async runs, on the checked stream
+                await self._lowlevel_server.run(inbound, write_stream,
+                                                self._lowlevel_server.create_initialization_options())
+            finally:
+                self.refused = (inbound.refused, inbound.lines)
 
-def build_server(settings: Settings, agent_id: str, service: QueryService | None = None) -> MCPServer:
+
+def build_server(settings: Settings, agent_id: str, service: QueryService | None = None) -> _Server:
     service = service or QueryService(settings)
     query = settings.agent(agent_id).memory_search.query  # unknown agent → UnknownAgent, before serving
     server = _Server(name="memoryd", instructions=INSTRUCTIONS)
@@ -104,6 +187,17 @@ def build_server(settings: Settings, agent_id: str, service: QueryService | None
     server.add_tool(memory_search, name="memory_search", description=MEMORY_SEARCH_DESCRIPTION)
     server.add_tool(memory_get, name="memory_get", description=MEMORY_GET_DESCRIPTION)
     return server
+
+
+def run_stdio(server: _Server) -> int:
+    """Serve MCP on stdin/stdout until stdin ends; → the exit code: 1 when a line was not JSON-RPC."""
+    anyio.run(server.run_stdio_async)
+    refused, lines = server.refused
+    if refused:
+        print(f"memoryd mcp: stdin ended; {refused} of its {lines} lines were not JSON-RPC messages (see above)",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def http_app(server: MCPServer, settings: Settings, agent_id: str, *, host: str, require_token: bool) -> Any:

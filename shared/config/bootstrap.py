@@ -66,5 +66,5 @@ def ensure_workspace(agent: AgentConfig) -> bool:
                      ["-c", "user.name=memoryd", "-c", "user.email=memoryd@localhost", "commit", "-q", "-m",
                       "memoryd: new workspace"]):
             subprocess.run([git, "-C", str(ws), *argv], check=False, capture_output=True)
-    log.warning("agent %s: created workspace %s", agent.id, ws)
+    log.info("agent %s: created workspace %s", agent.id, ws)
     return True

@@ -176,7 +176,7 @@ def rebuild_slice(settings: Settings, agent: str, *, budget: float | None = None
         finally:
             writer.close()
         _plan_path(settings, agent).unlink(missing_ok=True)
-        log.warning("agent %s: rebuilt index swapped in (%s)", agent, counts.as_dict())
+        log.info("agent %s: rebuilt index swapped in (%s)", agent, counts.as_dict())
         return {"done": True, "busy": False, "rebuilt": True, "seconds": round(time.monotonic() - started, 3),
                 **counts.as_dict()}
     finally:

@@ -163,7 +163,7 @@ def retry_failed(bus: busmod.Bus, *, job_ids: Sequence[str] = (), agent: str | N
         except InvalidJobOperation:
             continue  # another `memoryd retry` took it first
         requeued.append(info.id)
-        log.warning("requeued failed job %s (%s, agent %s)", info.id, info.stage, info.agent)
+        log.info("requeued failed job %s (%s, agent %s)", info.id, info.stage, info.agent)
     return requeued
 
 
