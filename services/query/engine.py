@@ -20,12 +20,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from memoryd.services.query import fusion, ranking
+from memoryd.services.query import fusion, ranking, snippets
 from memoryd.services.query import keyword as query_keyword
 from memoryd.services.query.agentindex import AgentIndex, missing_index
 from memoryd.services.query.cache import IndexCache
 from memoryd.services.query.models import (
-    SNIPPET_MAX_CHARS,
     AgentInfo,
     AgentsResponse,
     Explain,
@@ -183,7 +182,7 @@ class QueryService:
         (``late``: what the first snapshot found, reused if the index did not change since)."""
         pending = self._vector_side(s.agent, index, embedding, ranking.depth(s.limit, s.keyword.window), s.source)
         state = (index.identity, index.generation)
-        side = _TextSide(cands={}, rows={}, weights=[], first_terms={})
+        side = _TextSide(cands={}, rows={}, weights=[])
         if late is not None and late.side is not None and late.state == state:
             side = late.side
         elif s.mode != "vector":
@@ -207,12 +206,12 @@ class QueryService:
             _evidence(side, s.keyword, newcomers)
         decays = s.agent.memory_search.query.temporal_decay.enabled
         newest = index.keyword.newest_date() if index.keyword and decays else None  # read per write: only when used
-        results = self._score(index, cands, side.rows, side.first_terms, s, text_side, vectors.query is not None,
+        results = self._score(index, cands, side.rows, side.weights, s, text_side, vectors.query is not None,
                               newest)
         return results, vectors, text_side
 
     def _score(self, index: AgentIndex, cands: dict[int, fusion.Candidate], rows: dict[int, ranking.ChunkRow],
-               first_terms: dict[int, query_keyword.Term | None], s: _Search, text_side: bool,
+               weights: list[float], s: _Search, text_side: bool,
                vector_side: bool, newest: dt.date | None) -> list[SearchResult]:
         """Fuse every candidate's scores, rank and widen (services/query/ranking.py); build results
         (snippets) only for the ones returned."""
@@ -234,7 +233,8 @@ class QueryService:
             results.append(SearchResult(
                 path=passage.path, start_line=passage.start_line, end_line=passage.end_line,
                 score=round(c.fused, 4), source=rows[passage.best].source,
-                snippet=snippet(text, query_keyword.first_line(text, first_terms.get(passage.best))),
+                snippet=snippets.snippet(text, s.keyword.terms, weights,
+                                         rows[passage.best].start_line - passage.start_line),
                 explain=_explain(c) if s.explain else None,
             ))
         return results
@@ -250,7 +250,7 @@ class QueryService:
         for cid in by_path:
             cands.setdefault(cid, fusion.Candidate(cid))
         weights = index.keyword.weights(query) if index.keyword else []
-        side = _TextSide(cands=cands, rows=index.chunks(list(cands)), weights=weights, first_terms={})
+        side = _TextSide(cands=cands, rows=index.chunks(list(cands)), weights=weights)
         _evidence(side, query, list(cands))
         return side
 
@@ -320,7 +320,6 @@ class _TextSide:
     cands: dict[int, fusion.Candidate]
     rows: dict[int, ranking.ChunkRow]
     weights: list[float]
-    first_terms: dict[int, query_keyword.Term | None]
 
 
 def _evidence(side: _TextSide, query: query_keyword.KeywordQuery, ids: list[int]) -> None:
@@ -331,7 +330,7 @@ def _evidence(side: _TextSide, query: query_keyword.KeywordQuery, ids: list[int]
             continue
         c = side.cands[cid]
         ev = query_keyword.evidence(query, side.weights, row.text, row.path, c.text_rank, c.bm25)
-        c.text, side.first_terms[cid] = ev.score, ev.first_term
+        c.text = ev.score
 
 
 def _rank_ties_by_place(hits: list[VectorHit], cands: dict[int, fusion.Candidate],
@@ -368,14 +367,6 @@ def _read_lines(absolute: Path, path: str) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()  # a final newline ends the last line; it does not start another
     return lines
-
-
-def snippet(text: str, first_line: int | None) -> str:
-    """At most SNIPPET_MAX_CHARS of a result's text: from its first keyword hit when the whole does not fit."""
-    if len(text) <= SNIPPET_MAX_CHARS or not first_line:
-        return text[:SNIPPET_MAX_CHARS]
-    lines = text.split("\n")
-    return "\n".join(lines[first_line:])[:SNIPPET_MAX_CHARS]
 
 
 def _explain(c: fusion.Candidate) -> Explain:

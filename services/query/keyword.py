@@ -229,7 +229,6 @@ class TextEvidence:
     rank: int | None  # 1-based BM25 rank, None if only its path matched
     bm25: float | None  # FTS5's raw (negative) score
     score: float  # calibrated 0..1
-    first_term: Term | None  # the first query term found in the text, for the snippet
 
 
 class KeywordSearcher:
@@ -376,7 +375,7 @@ def evidence(query: KeywordQuery, weights: Sequence[float], text: str, path: str
              rank: int | None, bm25: float | None) -> TextEvidence:
     """The calibrated text score of one chunk: the weighted share of the terms it contains."""
     if query.empty:
-        return TextEvidence(rank, bm25, 0.0, None)
+        return TextEvidence(rank, bm25, 0.0)
     haystack = token_string(text)
     path_tokens = _path_tokens(path)
     total = sum(weights) or 1.0
@@ -384,14 +383,11 @@ def evidence(query: KeywordQuery, weights: Sequence[float], text: str, path: str
     words, words_matched = 0.0, 0.0  # the terms that are not identifiers
     identifiers_found = True
     has_identifier = False
-    first_term: Term | None = None
     for term, weight in zip(query.terms, weights, strict=True):
         in_text = term.found_in(haystack)
         in_path = term.identifier and term.found_in(path_tokens)
         if in_text or in_path:
             matched += weight
-            if in_text and first_term is None:
-                first_term = term
         if term.identifier:
             has_identifier = True
             identifiers_found = identifiers_found and (in_text or in_path)
@@ -401,22 +397,12 @@ def evidence(query: KeywordQuery, weights: Sequence[float], text: str, path: str
     score = matched / total
     if has_identifier and identifiers_found:
         score = IDENTIFIER_FLOOR + (1.0 - IDENTIFIER_FLOOR) * (words_matched / words if words else 1.0)
-    return TextEvidence(rank, bm25, min(score, 1.0), first_term)
+    return TextEvidence(rank, bm25, min(score, 1.0))
 
 
 @functools.lru_cache(maxsize=4096)
 def _path_tokens(path: str) -> str:
     return token_string(path)
-
-def first_line(text: str, term: Term | None) -> int | None:
-    """0-based line of ``text`` where ``term`` first occurs (None: no term, or not found)."""
-    if term is None:
-        return None
-    for number, line in enumerate(text.split("\n")):
-        if term.found_in(token_string(line)):
-            return number
-    return None
-
 
 def squash_bm25(bm25: float | None) -> float:
     """The seed's text score with its sign bug fixed: |bm25| / (1 + |bm25|), in 0..1."""
