@@ -54,13 +54,14 @@ JOBS = {
     "flush": "memoryd.services.session.service.flush_job",
     "compact": "memoryd.services.session.service.compact_job",
     "session_memory": "memoryd.services.session.service.session_memory_job",
+    "heartbeat": "memoryd.services.session.heartbeat.heartbeat_job",
 }
 #: The key whose value changes when Redis lost its data (shared/recovery.py): set by the
 #: first emit into an empty Redis, watched by the indexers.
 LOG_EPOCH = "log-epoch"
 #: The queue of each job that is not named after its stage.
 JOB_STAGE = {"backfill": "embed", "fill": "index", "rebuild": "index", "flush": "session", "compact": "session",
-             "session_memory": "session"}
+             "session_memory": "session", "heartbeat": "session"}
 
 # seq = max(last + 1, now in µs): strictly increasing, and still increasing after Redis
 # lost its data, so an old event can never look newer than what the index holds.
