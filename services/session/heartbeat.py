@@ -116,8 +116,9 @@ class Heartbeat:
     def settings(self) -> Settings:
         return self._agents.current()
 
-    def run(self, agent_id: str) -> dict[str, Any]:
-        """One heartbeat of the agent now; ``ran: false`` (and nothing done) when HEARTBEAT.md is empty."""
+    def run(self, agent_id: str, today: date | None = None) -> dict[str, Any]:
+        """One heartbeat of the agent, over the days up to ``today`` (default: the clock's);
+        ``ran: false`` (and nothing done) when HEARTBEAT.md is empty."""
         settings = self.settings
         agent = settings.agent(agent_id)
         if not heartbeat_on(agent):
@@ -125,7 +126,7 @@ class Heartbeat:
                     "proposed": []}
         hb = agent.heartbeat
         others = [a for a in settings.agent_ids() if a != agent_id]
-        files, found = read_statements(agent, others, self.clock().date())
+        files, found = read_statements(agent, others, today or self.clock().date())
         self._cache.clear()
         vectors = self._vectors([s.text for s in found]) if found else np.zeros((0, 1), dtype=np.float32)
         groups = recurring.recurring(found, vectors, similarity=hb.similarity,
@@ -186,7 +187,8 @@ class Heartbeat:
 
     def tick(self) -> list[str]:
         """Enqueue the heartbeat of every agent that is due one in this interval; → those agents."""
-        now = self.clock().timestamp()
+        clock = self.clock()
+        now = clock.timestamp()
         due = []
         for agent_id in self.settings.agent_ids():
             agent = self.settings.agent(agent_id)
@@ -195,7 +197,8 @@ class Heartbeat:
             if not heartbeat_on(agent):
                 continue
             if self.bus.conn.set(self.bus.key("heartbeat", agent_id, str(slot)), 1, nx=True, ex=int(every) + 60):
-                self.bus.enqueue("heartbeat", agent_id, job_id=self.bus.job_id(f"heartbeat-{agent_id}-{slot}"))
+                self.bus.enqueue("heartbeat", agent_id, clock.date().isoformat(),
+                                 job_id=self.bus.job_id(f"heartbeat-{agent_id}-{slot}"))
                 due.append(agent_id)
         return due
 
@@ -209,6 +212,7 @@ def _file_lines(agent: AgentConfig, name: str) -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def heartbeat_job(agent_id: str) -> dict[str, Any]:
+def heartbeat_job(agent_id: str, day: str) -> dict[str, Any]:
+    """The scheduled heartbeat of ``agent_id`` over the days up to ``day`` (when it was due)."""
     ctx = worker_context()
-    return ctx.memo("heartbeat", lambda: Heartbeat(ctx.settings, ctx.bus)).run(agent_id)
+    return ctx.memo("heartbeat", lambda: Heartbeat(ctx.settings, ctx.bus)).run(agent_id, date.fromisoformat(day))

@@ -76,8 +76,8 @@ def _length(text: str) -> int:
 
 
 def _names_other_agent(text: str, others: frozenset[str]) -> bool:
-    heading = re.search(r"\b(?:agent|from)\s*[:\s]\s*([A-Za-z0-9][A-Za-z0-9_.-]*)", text, re.IGNORECASE)
-    return bool(heading and heading.group(1).lower() in others)
+    words = re.findall(r"[a-z0-9][\w.-]*", text.lower())
+    return ("agent" in words or "from" in words) and any(w in others for w in words)
 
 
 def _starts_with_other_agent(text: str, others: frozenset[str]) -> bool:
