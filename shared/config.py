@@ -115,6 +115,8 @@ class QuerySettings(_Model):
     mmr: MmrSettings = MmrSettings()
     temporal_decay: TemporalDecaySettings = TemporalDecaySettings()
     source_balance: SourceBalanceSettings = SourceBalanceSettings()
+    #: A newer line giving a new value ranks above the older one, which is marked ``supersededBy``.
+    supersede: bool = d.SUPERSEDE_ENABLED
     embed_timeout_ms: int = Field(d.QUERY_EMBED_TIMEOUT_MS, ge=1, le=60_000)
 
 

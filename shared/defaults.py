@@ -69,6 +69,9 @@ HALF_LIFE_DAYS = 30.0
 #: A knowledge-base (extraPath) result weighs 0.9 of a memory result: on the recall set's
 #: source-balance questions (tune) R@1 0.57 → 0.70, all questions R@1 0.569 → 0.585, R@6 unchanged.
 OTHER_SOURCE_WEIGHT = 0.9
+#: Supersession on: of two results stating different values for one thing, the newer ranks first
+#: (bench/curation.py's supersession set; services/query/supersede.py).
+SUPERSEDE_ENABLED = True
 
 # --- embedding providers ------------------------------------------------------------------
 #: The local model embeds a chunk window by window, and search scores it by its best window.

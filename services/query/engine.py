@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from memoryd.services.query import fusion, ranking
+from memoryd.services.query import fusion, ranking, supersede
 from memoryd.services.query import keyword as query_keyword
 from memoryd.services.query.agentindex import AgentIndex
 from memoryd.services.query.cache import IndexCache
@@ -233,7 +233,7 @@ class QueryService:
                 snippet=snippet(text, query_keyword.first_line(text, first_terms.get(passage.best))),
                 explain=_explain(c) if s.explain else None,
             ))
-        return results
+        return supersede.order(results, [p.text for p in chosen]) if query.supersede else results
 
     def _text_side(self, index: AgentIndex, query: query_keyword.KeywordQuery, limit: int, source: str | None,
                    alone: bool) -> _TextSide:
