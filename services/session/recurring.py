@@ -13,8 +13,10 @@ kept (docs/sessions.md, "What is never promoted"):
 
 :func:`recurring` groups the statements of *different days* that say the same thing: their
 embeddings' cosine reaches ``similarity``, their content words overlap by ``overlap``
-(Jaccard) and they hold no conflicting identifiers (numbers, ``team-zeta``, ``@handles``:
-"deploy on Tuesday at 14:00" and "… at 16:00" are two statements, not one).
+(Jaccard) and they hold no conflicting identifiers (numbers, ``team-zeta``, ``@handles``,
+capitalised names: "deploy on Tuesday at 14:00" and "… at 16:00", or "debugged it with Bob"
+and "… with Carol", are two statements, not one). Identifiers conflict when neither line
+names every identifier of the other.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ _TOOL = re.compile(r"^(?:\[tool result|tool\s*:|\$ |>>> |# ?\$ |Traceback|\w+Err
                    re.IGNORECASE)
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'_-]*|\d[\w:.-]*|[\u3400-\u9fff]")
-#: Identifiers: a value that makes two otherwise equal lines different statements.
+#: Identifiers: a value that makes two otherwise equal lines different statements — numbers and
+#: times, ``team-zeta``, ``@handles``, and names (a capitalised word after the first).
 _IDENT = re.compile(r"@\w+|\b\w*\d[\w:.-]*\b|\b[a-z]+(?:[-_][a-z0-9]+)+\b", re.IGNORECASE)
+_NAME = re.compile(r"(?<=[\w,;)]\s)[A-Z][A-Za-z]+\b")
 _STOP = frozenset(re.split(r"\s+", """
 a an the and or but if then so of to in on at by for with from as is are was were be been
 being am it its this that these those there here we i you he she they them us our your my
@@ -61,13 +65,24 @@ class Statement:
     words: frozenset[str]  # content words, lowercase
 
 
+#: Endings cut from a word before lines are compared ("deleting" and "delete", "peanuts" and "peanut").
+_SUFFIXES = ("ing", "ed", "es", "ic", "y", "s", "e")
+
+
+def _stem(word: str) -> str:
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            return word[:-len(suffix)]
+    return word
+
+
 def content_words(text: str) -> frozenset[str]:
-    return frozenset(w for w in (m.lower().strip("'-_") for m in _WORD.findall(text))
+    return frozenset(_stem(w) for w in (m.lower().strip("'-_") for m in _WORD.findall(text))
                      if w and w not in _STOP and (len(w) > 2 or _CJK.match(w) or w[0].isdigit()))
 
 
 def identifiers(text: str) -> frozenset[str]:
-    return frozenset(m.lower() for m in _IDENT.findall(text))
+    return frozenset(m.lower() for m in _IDENT.findall(text) + _NAME.findall(text))
 
 
 def _length(text: str) -> int:
