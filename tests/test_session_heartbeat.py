@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 
 import pytest
@@ -18,20 +18,14 @@ from memoryd.services.session.promotion import ProposalDecided, ledger_path, rej
 from memoryd.shared.bus import Bus
 from memoryd.shared.config import Settings
 from tests.openai_stub import OpenAIStub
-from tests.session_support import drain, llm_extra, logged
+from tests.session_support import FACT, RULE, drain, llm_extra, logged, write_day
 
 ROOT = Path(__file__).resolve().parents[1]
 TODAY = datetime(2026, 3, 3, 12, 0).astimezone()
-FACT = ["- The billing service is owned by team-alpha, and Dana Reyes is its on-call lead.",
-        "- Dana Reyes is the on-call lead for the billing service, which team-alpha owns."]
-RULE = ["- Always ask before deleting any email from the shared support inbox, even spam.",
-        "- Never delete an email from the shared support inbox without asking first, even spam.",
-        "- Remember: ask me before deleting any email in the shared support inbox, spam included."]
 
 
 def _day(workspace: Path, day: int, *lines: str) -> None:
-    (workspace / "memory" / f"2026-03-0{day}.md").write_text(
-        f"# 2026-03-0{day}\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    write_day(workspace, date(2026, 3, day), *lines)
 
 
 def _setup(workspace: Path, make_settings, redis_url: str, **kw: object) -> tuple[Settings, Bus, Heartbeat]:
