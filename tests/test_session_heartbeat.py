@@ -184,3 +184,20 @@ def test_the_llm_phrases_the_merged_note_and_a_secret_in_its_reply_is_redacted(
         [request] = stub.requests("chat/completions")
     assert made["text"] == "Dana Reyes (team-alpha) is the billing service's on-call lead; token: [redacted]"
     assert FACT[0][2:] in request["body"]["messages"][1]["content"]
+
+
+def test_a_statement_accepted_for_memory_md_is_proposed_once_more_for_soul_md_on_its_third_day(
+        workspace: Path, make_settings, redis_url: str) -> None:
+    settings, bus, beat = _setup(workspace, make_settings, redis_url)
+    _day(workspace, 1, RULE[0])
+    _day(workspace, 2, RULE[1])
+    beat.clock = lambda: TODAY.replace(day=2)
+    [first] = beat.run("main")["proposed"]
+    assert first["target"] == "MEMORY.md"
+    accept_as_agent(settings, bus, "main", first["id"], person=False)  # MEMORY.md: the agent may
+    _day(workspace, 3, RULE[2])
+    beat.clock = lambda: TODAY
+    [second] = beat.run("main")["proposed"]
+    assert second["target"] == "SOUL.md" and len(second["sources"]) == 3
+    assert beat.run("main")["proposed"] == []
+    assert not (workspace / "SOUL.md").exists()
