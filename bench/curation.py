@@ -10,12 +10,15 @@
   One heartbeat a day with the real code (MiniLM, the extractive phrasing, the ledger).
   precision = proposals whose sources are all lines of one fact / proposals; recall = facts
   proposed / facts; ``noisePromoted`` = proposals holding any noise line (goal 0).
-- ``supersession``: 20 subjects whose value changed (an older and a newer daily log, with
-  distractors), indexed in-process with the local model; one question per subject through
+- ``supersession``: 16 subjects whose value changed between an older and a newer daily log
+  (three wordings: an owner, an on-call person, a region) and 4 whose value was only restated,
+  indexed in-process with the local model; one question per subject through
   ``QueryService.search``. ``newerFirst`` = share of answers holding both lines where the newer
-  ranks above the older, with supersession off (before) and on (after).
+  ranks above the older, with supersession off (before) and on (after); ``restatedMarked`` =
+  answers about a restated value that mark anything superseded (goal 0).
 - ``locomo``: R@6 of the temporal questions (category 2) of ../shared/locomo-dev, supersession
-  off and on (read from there, never copied; see its README for the scoring rule).
+  off and on, and how many answers hold a result marked ``supersededBy`` (read from there,
+  never copied; see its README for the scoring rule).
 """
 
 from __future__ import annotations
@@ -191,20 +194,37 @@ SUBJECTS = ["billing service", "payments API", "search cluster", "mobile app", "
 TEAMS = ["alpha", "bravo", "delta", "echo", "foxtrot", "gamma", "kilo", "lima", "omega", "zeta", "sigma", "tango"]
 
 
+#: How a value is first stated and then changed, and the question asked: (older, newer, question).
+CHANGES = [
+    ("The owner of the {s} is team-{old}.", "The {s} owner changed to team-{new}.", "Who owns the {s}?"),
+    ("{S} on-call: {old_name}", "{S} on-call is now {new_name}.", "Who is on call for the {s}?"),
+    ("The {s} runs in region eu-{old}-1.", "The {s} region moved to eu-{new}-1 after the migration.",
+     "Which region does the {s} run in?"),
+]
+#: Restated, not changed: the same value twice, which must never be marked.
+RESTATED = ("The {s} owner is team-{old}.", "Checked again: the {s} owner is team-{old}.", "Who owns the {s}?")
+
+
 def supersession(work: Path, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     workspace = work / "supersede"
     (workspace / "memory").mkdir(parents=True)
     days: dict[int, list[str]] = {d: [f"- Spent time with {rng.choice(NAMES)} on {rng.choice(TOPICS)}."]
                                   for d in range(DAYS)}
-    truth = []
-    for subject in SUBJECTS:
+    truth, restated = [], []
+    for n, subject in enumerate(SUBJECTS):
         old, new = rng.sample(TEAMS, 2)
+        old_name, new_name = rng.sample(NAMES, 2)
+        before, after, question = RESTATED if n % 5 == 4 else CHANGES[n % len(CHANGES)]
+        fill = {"s": subject, "S": subject[0].upper() + subject[1:], "old": old, "new": new,
+                "old_name": old_name, "new_name": new_name}
         a = rng.randrange(0, DAYS - 10)
         b = rng.randrange(a + 3, DAYS)
-        days[a].append(f"- The owner of the {subject} is team-{old}.")
-        days[b].append(f"- The {subject} owner changed to team-{new}.")
-        truth.append((subject, f"memory/{START + timedelta(days=a)}.md", f"memory/{START + timedelta(days=b)}.md"))
+        days[a].append("- " + before.format(**fill))
+        days[b].append("- " + after.format(**fill))
+        case = (question.format(**fill), f"memory/{START + timedelta(days=a)}.md",
+                f"memory/{START + timedelta(days=b)}.md")
+        (restated if before is RESTATED[0] else truth).append(case)
     for day, lines in days.items():
         (workspace / "memory" / f"{START + timedelta(days=day)}.md").write_text(
             f"# {START + timedelta(days=day)}\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
@@ -213,12 +233,14 @@ def supersession(work: Path, seed: int) -> dict[str, Any]:
         settings = _settings(work, "supersede", workspace, on)
         index_now(settings, "main")
         service = QueryService(settings)
-        both = newer = marked = 0
+        both = newer = marked = wrong = 0
         try:
-            for subject, older, newest in truth:
-                answer = dump(service.search("main", SearchRequest(query=f"Who owns the {subject}?")))
+            for question, older, newest in truth + restated:
+                answer = dump(service.search("main", SearchRequest(query=question)))
                 paths = [r["path"] for r in answer["results"]]
-                if older in paths and newest in paths:
+                if (question, older, newest) in restated:
+                    wrong += any("supersededBy" in r for r in answer["results"])
+                elif older in paths and newest in paths:
                     both += 1
                     newer += paths.index(newest) < paths.index(older)
                     marked += "supersededBy" in answer["results"][paths.index(older)]
@@ -226,7 +248,8 @@ def supersession(work: Path, seed: int) -> dict[str, Any]:
             service.close()
         out["after" if on else "before"] = {"questions": len(truth), "bothFound": both,
                                             "newerFirst": round(newer / both, 3) if both else None,
-                                            "olderMarked": marked}
+                                            "olderMarked": marked, "restated": len(restated),
+                                            "restatedMarked": wrong}
     return out
 
 
@@ -242,7 +265,7 @@ def _settings(work: Path, name: str, workspace: Path, supersede: bool) -> Any:
 def locomo(work: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for on in (False, True):
-        hits = total = 0
+        hits = total = marked = 0
         for conv in sorted(LOCOMO.glob("conv-*")):
             settings = _settings(work, f"locomo-{conv.name}", conv, on)
             index_now(settings, "main")
@@ -256,9 +279,11 @@ def locomo(work: Path) -> dict[str, Any]:
                     results = dump(service.search("main", SearchRequest(query=q["question"])))["results"]
                     hits += any(r["path"] == e["path"] and r["startLine"] <= e["line"] <= r["endLine"]
                                 for r in results for e in q["evidence"])
+                    marked += any("supersededBy" in r for r in results)
             finally:
                 service.close()
-        out["after" if on else "before"] = {"questions": total, "R@6": round(hits / total, 3) if total else None}
+        out["after" if on else "before"] = {"questions": total, "R@6": round(hits / total, 3) if total else None,
+                                            "answersWithSupersededBy": marked}
     return out
 
 

@@ -233,7 +233,9 @@ class QueryService:
                 snippet=snippet(text, query_keyword.first_line(text, first_terms.get(passage.best))),
                 explain=_explain(c) if s.explain else None,
             ))
-        return supersede.order(results, [p.text for p in chosen]) if query.supersede else results
+        if not query.supersede:
+            return results
+        return supersede.order(results, [p.text for p in chosen], [t.phrase for t in s.keyword.terms])
 
     def _text_side(self, index: AgentIndex, query: query_keyword.KeywordQuery, limit: int, source: str | None,
                    alone: bool) -> _TextSide:
