@@ -177,11 +177,11 @@ def recurring(found: Sequence[Statement], vectors: np.ndarray, *, similarity: fl
         return i
 
     cosines = vectors @ vectors.T if len(found) else np.zeros((0, 0))
-    for i in range(len(found)):
-        for j in range(i + 1, len(found)):
-            if found[i].day != found[j].day and same_statement(found[i], found[j], float(cosines[i, j]),
-                                                               similarity=similarity, overlap=overlap):
-                parent[root(j)] = root(i)
+    # Only pairs close enough in meaning get the word tests: a few among the n² of a busy log.
+    for i, j in np.argwhere(np.triu(cosines >= similarity, k=1)):
+        if found[i].day != found[j].day and same_statement(found[i], found[j], float(cosines[i, j]),
+                                                           similarity=similarity, overlap=overlap):
+            parent[root(int(j))] = root(int(i))
     groups: dict[int, Group] = {}
     for i, s in enumerate(found):
         groups.setdefault(root(i), Group()).members.append(s)
