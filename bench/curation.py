@@ -165,13 +165,14 @@ def proposals(work: Path, seed: int) -> dict[str, Any]:
         made += beat.run("main", START + timedelta(days=day))["proposed"]
     right, noisy, seen = 0, 0, set()
     for p in made:
-        texts = [s_text for s_text in _source_texts(workspace, p["sources"])]
+        texts = _source_texts(workspace, p["sources"])
         ids = {fact_of.get(t) for t in texts}
-        if any(t in noise for t in texts):
-            noisy += 1
-        if len(ids) == 1 and None not in ids and (ids.pop(), p["target"] == "MEMORY.md") not in seen:
+        noisy += any(t in noise for t in texts)
+        # Right: every source is a line of one fact, proposed for the first time for that layer.
+        layer = (fact_of.get(texts[0]), p["target"] == "MEMORY.md")
+        if len(ids) == 1 and None not in ids and layer not in seen:
             right += 1
-            seen.add((fact_of[texts[0]], p["target"] == "MEMORY.md"))
+            seen.add(layer)
     found = {fact_of.get(t) for p in made for t in _source_texts(workspace, p["sources"])} - {None}
     return {"days": DAYS, "facts": len(facts), "proposals": len(made),
             "precision": round(right / len(made), 3) if made else None,
