@@ -82,6 +82,9 @@ HALF_LIFE_DAYS = 30.0
 OTHER_SOURCE_WEIGHT = 0.9
 #: Sources other than the agent's own memory (extraPaths) weigh OTHER_SOURCE_WEIGHT: on by default.
 SOURCE_BALANCE_ENABLED = True
+#: Supersession on: of two results stating different values for one thing, the newer ranks first
+#: (bench/curation.py's supersession set; services/query/supersede.py).
+SUPERSEDE_ENABLED = True
 
 # --- embedding providers ------------------------------------------------------------------
 #: "auto": OpenAI when an API key is set, else the offline local model (SPEC: provider selection).
@@ -178,6 +181,31 @@ RESET_IDLE_MINUTES = 120
 LLM_MODEL = "gpt-4o-mini"
 #: Seconds one LLM call may take: a flush turn writes a few hundred tokens.
 LLM_TIMEOUT_SECONDS = 60.0
+
+# --- heartbeat and promotion (SPEC §7, docs/sessions.md) ----------------------------------
+#: Seed 003's practice: a heartbeat every 30 minutes scans the last few days for what repeats.
+HEARTBEAT_MINUTES = 30.0
+#: Days of daily logs a heartbeat reads: the seed scans "the last 2–3 days"; 3 holds a fact said
+#: on the first and third of them.
+HEARTBEAT_DAYS = 3
+#: How often the session service asks whether an agent's heartbeat is due: the interval is in
+#: minutes, so a minute late is the most a heartbeat can be.
+HEARTBEAT_TICK_SECONDS = 60.0
+#: Seed 003: a pattern seen on 2 days goes to MEMORY.md (layer 2), on 3 to SOUL.md / TOOLS.md
+#: (layer 3): the identity files need more evidence than long-term memory.
+PROMOTE_MEMORY_DAYS = 2
+PROMOTE_IDENTITY_DAYS = 3
+#: Seed 003's marker for "to promote" in the review list.
+PROMOTE_MARKER = "[待晋升]"
+#: Two lines of different days say the same when MiniLM's cosine of them reaches this and they
+#: share enough content words (HEARTBEAT_OVERLAP): on bench/curation.py's month, 0.75 keeps
+#: paraphrases together while lines of one template with other names stay apart.
+HEARTBEAT_SIMILARITY = 0.75
+#: The share of content words two lines must have in common (Jaccard) to count as one
+#: statement: embeddings alone join "deploys go out on Tuesday" and "deploys go out on Friday".
+HEARTBEAT_OVERLAP = 0.3
+#: Lines shorter than this are not worth promoting (seed 003: snippets under ~50 characters).
+PROMOTE_MIN_CHARS = 50
 
 # --- jobs, workers and Redis ------------------------------------------------------------
 #: The Redis a machine usually runs: the standard port on loopback (used when it answers; see redis_server).

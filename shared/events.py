@@ -202,9 +202,63 @@ class MemorySaved(SessionEvent):
     files: list[str]
 
 
+class HeartbeatRan(Event):
+    """One heartbeat of an agent read its recent daily logs (see docs/sessions.md, "Heartbeat")."""
+
+    type: Literal["heartbeat.ran"] = "heartbeat.ran"
+    #: The daily logs read (workspace-relative), oldest first.
+    files: list[str]
+    #: Lines that could be promoted (after the noise, secrets and other agents' lines were dropped).
+    lines: int
+    #: Groups of lines that recur on at least memoryDays days.
+    recurring: int
+    #: The ids of the proposals this heartbeat made.
+    proposed: list[str] = []
+    #: Who phrased the notes: "extractive" or "openai-compatible:<model>".
+    phrased_by: str
+
+
+class Occurrence(BaseModel):
+    """Where a statement was seen: a line of a daily log."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    line: int
+    text: str
+
+
+class PromotionProposed(Event):
+    """A recurring statement proposed for MEMORY.md, SOUL.md or TOOLS.md, waiting for a person."""
+
+    type: Literal["promotion.proposed"] = "promotion.proposed"
+    proposal_id: str
+    target: Literal["MEMORY.md", "SOUL.md", "TOOLS.md"]
+    text: str
+    #: One per day it was seen on, oldest first.
+    sources: list[Occurrence]
+
+
+class PromotionAccepted(Event):
+    type: Literal["promotion.accepted"] = "promotion.accepted"
+    proposal_id: str
+    target: Literal["MEMORY.md", "SOUL.md", "TOOLS.md"]
+    #: The line of the target file that now holds it.
+    line: int
+    #: The workspace's git commit of the change; None when the workspace is not a git repository.
+    commit: str | None = None
+
+
+class PromotionRejected(Event):
+    type: Literal["promotion.rejected"] = "promotion.rejected"
+    proposal_id: str
+    reason: str | None = None
+
+
 AnyEvent = Annotated[
     FileChanged | FileDeleted | FileChunked | FileSkipped | ChunksEmbedded | VectorsFilled | IndexApplied
-    | FlushRequested | MemoryFlushed | FlushFailed | Compacted | Pruned | SessionReset | MemorySaved,
+    | FlushRequested | MemoryFlushed | FlushFailed | Compacted | Pruned | SessionReset | MemorySaved
+    | HeartbeatRan | PromotionProposed | PromotionAccepted | PromotionRejected,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)

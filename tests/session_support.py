@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import redis
@@ -15,7 +15,15 @@ from memoryd.shared.log.eventlog import log_dir, read
 from memoryd.shared.runtime.bus import Bus
 from memoryd.shared.runtime.worker import run_worker
 
-__all__ = ["UTC", "Clock", "drain", "lines", "llm_extra", "logged", "sessions", "words"]
+__all__ = ["FACT", "RULE", "UTC", "Clock", "drain", "lines", "llm_extra", "logged", "sessions", "words",
+           "write_day"]
+
+#: One fact in two wordings, one rule in three: what a heartbeat should find recurring.
+FACT = ["- The billing service is owned by team-alpha, and Dana Reyes is its on-call lead.",
+        "- Dana Reyes is the on-call lead for the billing service, which team-alpha owns."]
+RULE = ["- Always ask before deleting any email from the shared support inbox, even spam.",
+        "- Never delete an email from the shared support inbox without asking first, even spam.",
+        "- Remember: ask me before deleting any email in the shared support inbox, spam included."]
 
 
 
@@ -61,3 +69,9 @@ def llm_extra(base_url: str) -> dict:
 
 def lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
+
+
+def write_day(workspace: Path, day: date, *text: str) -> None:
+    """The daily log ``memory/<day>.md``: a heading, a blank line, then ``text`` (line 3 on)."""
+    (workspace / "memory" / f"{day.isoformat()}.md").write_text(
+        f"# {day.isoformat()}\n\n" + "\n".join(text) + "\n", encoding="utf-8")

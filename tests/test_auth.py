@@ -205,8 +205,8 @@ def test_mcp_over_http_beyond_loopback_requires_the_agents_token(agents, tmp_pat
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         wait_until(lambda: port_open(port), timeout=60, what="memoryd mcp --http listening")
-        assert sorted(anyio.run(_mcp_tools, url, t["a"])) == ["memory_get", "memory_search"]
-        assert sorted(anyio.run(_mcp_tools, url, t["admin"])) == ["memory_get", "memory_search"]
+        assert sorted(anyio.run(_mcp_tools, url, t["a"])) == ["memory_get", "memory_promotions", "memory_search"]
+        assert sorted(anyio.run(_mcp_tools, url, t["admin"])) == ["memory_get", "memory_promotions", "memory_search"]
         for token, status in ((None, 401), (t["b"], 403), ("mdt_wrong", 401)):
             with pytest.raises(Exception):  # noqa: B017 - the SDK's error type varies; the status is checked below
                 anyio.run(_mcp_tools, url, token)

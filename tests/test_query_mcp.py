@@ -32,7 +32,7 @@ def server_env(settings: Settings) -> dict[str, str]:
 async def round_trip(client: Client, workspace: Path) -> None:
     """What an agent does: list the tools, search, read the lines, get refused."""
     tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == {"memory_search", "memory_get"}
+    assert set(tools) == {"memory_search", "memory_get", "memory_promotions"}
     assert tools["memory_search"].description == MEMORY_SEARCH_DESCRIPTION
     assert tools["memory_get"].description == MEMORY_GET_DESCRIPTION
     assert {"query", "maxResults", "minScore"} <= set(tools["memory_search"].input_schema["properties"])

@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("query", "run the HTTP query API (memory_search, memory_get)"),
     "mcp": ("query", "run the MCP server for one agent (stdio, or --http)"),
     "session": ("session", "session transcripts: append, context, compact, new, show"),
+    "heartbeat": ("promote", "run one heartbeat of an agent now: propose what recurs"),
+    "promote": ("promote", "the heartbeat's proposals: list, accept, reject"),
     "replay": ("log", "fold an agent's event log into an index: the live one, or --into PATH"),
     "log": ("log", "the durable event log: stats, diff"),
     "agents": ("agents", "add, list and remove agents; issue their tokens"),

@@ -156,12 +156,14 @@ def cmd_get(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from memoryd.services.query.http import create_app
+    from memoryd.services.session import promote_api
     from memoryd.services.session.api import build_router
 
     server = settings.memoryd.server
     host = args.host or server.host
     required = _tokens_required(settings, host, args.insecure)
-    app = create_app(settings, routers=[build_router(settings)], require_token=required)
+    app = create_app(settings, routers=[build_router(settings), promote_api.build_router(settings)],
+                     require_token=required)
     remote.serve(app, host, server.port if args.port is None else args.port, settings)
     return 0
 
@@ -180,9 +182,13 @@ def _tokens_required(settings: Settings, host: str, insecure: bool) -> bool:
 
 
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    from mcp.server.mcpserver.exceptions import ToolError
+
     from memoryd.services.query.mcp import build_server, run_stdio
+    from memoryd.services.session import promote_api
 
     mcp = build_server(settings, args.agent, _service(settings))
+    promote_api.add_tools(mcp, settings, args.agent, promote_api.lazy_bus(settings, None), ToolError)
     if args.http:
         import uvicorn
 

@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from memoryd.services.query import fusion, ranking, snippets
+from memoryd.services.query import fusion, ranking, snippets, supersede
 from memoryd.services.query import keyword as query_keyword
 from memoryd.services.query.agentindex import AgentIndex, missing_index
 from memoryd.services.query.cache import IndexCache
@@ -237,7 +237,9 @@ class QueryService:
                                          rows[passage.best].start_line - passage.start_line),
                 explain=_explain(c) if s.explain else None,
             ))
-        return results
+        if not query.supersede:
+            return results
+        return supersede.order(results, [p.text for p in chosen], [t.phrase for t in s.keyword.terms])
 
     def _text_side(self, index: AgentIndex, query: query_keyword.KeywordQuery, limit: int, source: str | None,
                    alone: bool) -> _TextSide:

@@ -66,6 +66,13 @@ class Explain(_Wire):
     weight: float | None = None
 
 
+class SupersededBy(_Wire):
+    """The newer line that gives a new value for what this result states (services/query/supersede.py)."""
+
+    path: str
+    line: int
+
+
 class SearchResult(_Wire):
     path: str
     start_line: int
@@ -74,6 +81,7 @@ class SearchResult(_Wire):
     snippet: str = Field(max_length=SNIPPET_MAX_CHARS)
     source: str
     explain: Explain | None = None
+    superseded_by: SupersededBy | None = None
 
 
 class SearchResponse(_Wire):

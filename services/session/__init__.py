@@ -10,4 +10,5 @@ register_jobs({
     "flush": ("session", "memoryd.services.session.service.flush_job"),
     "compact": ("session", "memoryd.services.session.service.compact_job"),
     "session_memory": ("session", "memoryd.services.session.service.session_memory_job"),
+    "heartbeat": ("session", "memoryd.services.session.heartbeat.heartbeat_job"),
 })

@@ -1,4 +1,4 @@
-"""The session service's LLM: flush notes, compaction summaries, session notes.
+"""The session service's LLM: flush notes, compaction summaries, session notes, merged heartbeat notes.
 
 With ``memoryd.llm.baseUrl`` set, chat completions go through the ``openai`` package to
 that OpenAI-compatible endpoint. Without it, :class:`Extractive` stands in: it keeps, word
@@ -8,7 +8,8 @@ What the extractive fallback cannot do: it never rephrases, merges or infers (a 
 spread over two lines, or implied without a keyword, is missed); its keywords are English
 and Chinese only; names are found by capitalisation, so lower-case names are missed and
 some capitalised phrases are kept needlessly; it cannot tell a stated rule from a quoted
-one; and its session-note slug is always the ``HHMM`` fallback.
+one; its session-note slug is always the ``HHMM`` fallback; and a heartbeat's merged note is the
+newest occurrence word for word, not a sentence joining what the occurrences add.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ NOTE_PROMPT = (
     "'SLUG: ' and a 1-4 word lowercase hyphenated slug for the topic (e.g. 'SLUG: api-design'), "
     "then the note."
 )
+MERGE_PROMPT = (
+    "These lines were written on different days of an AI agent's daily log and say the same thing. "
+    "Write it once, as one short sentence for the agent's long-term memory: keep names, dates, "
+    "numbers and identifiers exactly, and where the lines differ keep what the newest (last) says. "
+    "Reply with the sentence only."
+)
 
 _KEEP = re.compile(
     r"\b(always|never|must|mustn't|should|shouldn't|don't|do not|remember|rule|confirm\w*|"
@@ -62,6 +69,8 @@ class Llm(Protocol):
     def summarise(self, turns: list[Message], previous: str | None, focus: str | None) -> str: ...
 
     def note(self, turns: list[Message]) -> tuple[str | None, str]: ...
+
+    def merge(self, lines: list[str]) -> str: ...
 
 
 def make_llm(settings: LlmSettings) -> Llm:
@@ -130,6 +139,11 @@ class OpenAIChat:
                             {"role": "user", "content": "Conversation:\n" + render(turns)}])
         return parse_note(reply)
 
+    def merge(self, lines: list[str]) -> str:
+        """One sentence for a statement seen on several days (``lines``: oldest first)."""
+        body = "\n".join(f"{n}. {line}" for n, line in enumerate(lines, start=1))
+        return self._chat([{"role": "system", "content": MERGE_PROMPT}, {"role": "user", "content": body}])
+
 
 class Extractive:
     """The offline stand-in: keeps the lines that carry something durable, verbatim."""
@@ -173,3 +187,7 @@ class Extractive:
         body = [f"Topic: {topic[:MAX_LINE_CHARS]}" if topic else "Topic: (none stated)", ""]
         body += lines or ["- (nothing durable was stated)"]
         return None, "\n".join(body)
+
+    def merge(self, lines: list[str]) -> str:
+        """The newest wording, verbatim: it carries the newest value when the lines differ."""
+        return lines[-1].strip()

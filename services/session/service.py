@@ -28,6 +28,7 @@ import redis
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from memoryd.services.session.context import Context, assemble, read_bootstrap, session_tokens
+from memoryd.services.session.heartbeat import Heartbeat
 from memoryd.services.session.llm import NO_REPLY, Extractive, Llm, make_llm
 from memoryd.services.session.memfiles import DailyWrite, daily_path, save_note, slugify, write_daily
 from memoryd.services.session.policy import (
@@ -53,6 +54,7 @@ from memoryd.services.session.transcript import (
     segment,
 )
 from memoryd.services.session.transcript import FlushRequested as FlushRequestedEntry
+from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import AgentConfig, Settings
 from memoryd.shared.events import (
     Compacted,
@@ -370,15 +372,21 @@ def session_memory_job(agent_id: str, session: str, reset_id: str) -> list[str]:
 
 
 def run(settings: Settings, conn: redis.Redis) -> None:
-    """The session service process: the lifecycle scheduler plus the ``session`` queue's worker."""
-    sessions = Sessions(settings, Bus(conn, settings))
-    scheduler = Periodic("session-lifecycle", SCHEDULER_SECONDS, sessions.tick, immediately=True,
-                         errors=(MemorydError, redis.RedisError, OSError))
-    scheduler.start()
+    """The session service process: the lifecycle and heartbeat schedulers plus the ``session`` queue's worker."""
+    bus = Bus(conn, settings)
+    sessions = Sessions(settings, bus)
+    heartbeats = Heartbeat(settings, bus)
+    errors = (MemorydError, redis.RedisError, OSError)
+    schedulers = [Periodic("session-lifecycle", SCHEDULER_SECONDS, sessions.tick, immediately=True, errors=errors),
+                  Periodic("heartbeat-scheduler", d.HEARTBEAT_TICK_SECONDS, heartbeats.tick, immediately=True,
+                           errors=errors)]
+    for scheduler in schedulers:
+        scheduler.start()
     try:
         run_worker("session", settings, conn)
     finally:
-        scheduler.stop.set()
+        for scheduler in schedulers:
+            scheduler.stop.set()
 
 
 def context_json(ctx: Context) -> dict[str, Any]:

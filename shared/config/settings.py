@@ -111,6 +111,8 @@ class QuerySettings(_Model):
     mmr: MmrSettings = MmrSettings()
     temporal_decay: TemporalDecaySettings = TemporalDecaySettings()
     source_balance: SourceBalanceSettings = SourceBalanceSettings()
+    #: A newer line giving a new value ranks above the older one, which is marked ``supersededBy``.
+    supersede: bool = d.SUPERSEDE_ENABLED
     embed_timeout_ms: int = Field(d.QUERY_EMBED_TIMEOUT_MS, ge=1, le=60_000)
 
 
@@ -181,6 +183,29 @@ class SessionResetSettings(_Model):
     idle_minutes: int = Field(d.RESET_IDLE_MINUTES, ge=1)
 
 
+class HeartbeatSettings(_Model):
+    """The heartbeat (docs/sessions.md): what recurs in the daily logs becomes a reviewable
+    proposal for MEMORY.md, SOUL.md or TOOLS.md. Off while the workspace's HEARTBEAT.md is empty."""
+
+    every_minutes: float = Field(d.HEARTBEAT_MINUTES, gt=0, le=7 * 24 * 60)
+    days: int = Field(d.HEARTBEAT_DAYS, ge=2, le=60)
+    memory_days: int = Field(d.PROMOTE_MEMORY_DAYS, ge=2, le=60)
+    identity_days: int = Field(d.PROMOTE_IDENTITY_DAYS, ge=2, le=60)
+    marker: str = Field(d.PROMOTE_MARKER, min_length=1, max_length=40)
+    similarity: float = Field(d.HEARTBEAT_SIMILARITY, gt=0, le=1)
+    overlap: float = Field(d.HEARTBEAT_OVERLAP, ge=0, le=1)
+    min_chars: int = Field(d.PROMOTE_MIN_CHARS, ge=0, le=1000)
+
+    @field_validator("identity_days")
+    @classmethod
+    def _identity_needs_more(cls, value: int, info: Any) -> int:
+        memory = info.data.get("memory_days", d.PROMOTE_MEMORY_DAYS)
+        if value < memory:
+            raise ValueError(f"identityDays ({value}) must be at least memoryDays ({memory}): SOUL.md and "
+                             "TOOLS.md need as much evidence as MEMORY.md")
+        return value
+
+
 class AgentDefaults(_Model):
     workspace: str = d.WORKSPACE
     context_window: int = Field(d.CONTEXT_WINDOW, ge=1000)
@@ -188,6 +213,7 @@ class AgentDefaults(_Model):
     context_pruning: ContextPruningSettings = ContextPruningSettings()
     session: SessionResetSettings = SessionResetSettings()
     memory_search: MemorySearchSettings = MemorySearchSettings()
+    heartbeat: HeartbeatSettings = HeartbeatSettings()
 
 
 #: An agent id: it names the index file and appears in URLs, so no '/', no leading '.'.
@@ -201,6 +227,7 @@ class AgentEntry(_Model):
     context_window: int | None = None
     compaction: CompactionSettings | None = None
     memory_search: MemorySearchSettings | None = None
+    heartbeat: HeartbeatSettings | None = None
 
 
 class AgentsConfig(_Model):
@@ -302,6 +329,7 @@ class AgentConfig(BaseModel):
     context_pruning: ContextPruningSettings
     session: SessionResetSettings
     memory_search: MemorySearchSettings
+    heartbeat: HeartbeatSettings
 
     @classmethod
     def merge(cls, defaults: AgentDefaults, entry: AgentEntry) -> AgentConfig:
@@ -317,4 +345,5 @@ class AgentConfig(BaseModel):
             context_pruning=defaults.context_pruning,
             session=defaults.session,
             memory_search=search,
+            heartbeat=entry.heartbeat or defaults.heartbeat,
         )
