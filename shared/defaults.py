@@ -339,3 +339,65 @@ VEC_REFIT_GROWTH = 2.0
 VEC_REWRITE_FLOOR = 1024
 #: Rows per block when a whole file is written.
 VEC_BLOCK_ROWS = 16_384
+
+# --- moved from the services: ranking, snippets, sessions ---------------------------------
+#: Cormack et al.'s RRF constant: ranks 1 and 10 differ by ~15%, not 10×.
+RRF_K = 60
+#: The share of the evidence a chunk keeps whatever its rank; the rest follows its ranks.
+#: At 0.75 the best chunk keeps its evidence and the 24th of one side keeps ~85% of it.
+RANK_FLOOR = 0.75
+#: A question written mostly in CJK gets the raw cosine of an English-only model (ENGLISH_ONLY),
+#: not a stretched one: there its cosines are noise (tune, CJK questions: R@6 0.66 → 0.70).
+#: A question is "in CJK" when at least this share of its letters are CJK characters.
+CJK_QUESTION_SHARE = 0.5
+#: An identifier is rare and exact: it counts this many times an ordinary word of the same rarity.
+IDENTIFIER_WEIGHT = 3.0
+#: A chunk holding every identifier of the query scores at least this on the text side (above
+#: the default minScore 0.35 with margin), plus the rest times the share of the query's other
+#: words it holds: "keys … Flat 2" ranks the note about Flat 2's keys over every note about Flat 2.
+IDENTIFIER_FLOOR = 0.8
+#: A term in more chunks than this does not *find* candidates (its posting list would cost
+#: ~1 ms per 1,000 chunks to rank: 100 ms for a word in every chunk of 100k); it still counts
+#: in the text score of chunks found otherwise.
+KEYWORD_COMMON_DF = 5000
+#: Rows beyond ``limit`` whose place is read to order equal BM25 scores (_best_by_bm25).
+KEYWORD_TIE_MARGIN = 16
+#: A path fragment shorter than this (``v2``) would match too many paths.
+MIN_PATH_FRAGMENT = 4
+#: A word shorter than this is matched exactly: ``api*`` would match ``apis`` but ``ab*`` everything.
+KEYWORD_MIN_PREFIX = 4
+#: Candidates MMR chooses among, × maxResults: the score order already decided the rest.
+MMR_POOL = 3
+#: With a date window the vector side reads this many times more candidates and drops the ones
+#: outside it (the vector matrix knows no dates); the keyword side filters in SQL, exactly.
+WIDEN_WINDOW_DEPTH = 10
+#: A snippet is at most this many characters of its chunk (OpenClaw's cap).
+SNIPPET_MAX_CHARS = 700
+#: A query longer than this is not a question but a pasted document.
+QUERY_MAX_CHARS = 4000
+#: What an open connection may hold besides the vectors: SQLite's default page cache
+#: (``cache_size`` −2000 = 2,000 KiB), the upper bound of what it reads into memory.
+QUERY_CONNECTION_BYTES = 2000 * 1024
+#: Lines longer than this are cut when quoted into a summary: a log line is not a decision.
+LLM_MAX_LINE_CHARS = 400
+#: Tool output quoted to the summariser is cut to this many characters per result.
+LLM_TOOL_QUOTE_CHARS = 2_000
+#: Slugs are file-name parts: short, lowercase, hyphenated.
+MAX_SLUG_CHARS = 40
+#: Files named per check before "and N more": the fix is the same for all of them.
+HYGIENE_SHOWN_FILES = 5
+#: Subjects of two lines are the same when this share (Jaccard) of their content words is common.
+SUPERSEDE_SUBJECT_OVERLAP = 0.5
+#: A statement of a value is short: a subject and a value of at most this many content words each
+#: (a line of chat — "Caroline: that is so cool, I went to …" — is not one).
+SUPERSEDE_MAX_PART_WORDS = 6
+#: Seconds `git commit` of one file may take.
+GIT_TIMEOUT_SECONDS = 30
+#: Decided proposals the review file still lists, newest first.
+REVIEW_DECIDED_SHOWN = 20
+#: Compaction keeps at most this share of the flush threshold verbatim, and caps the summary
+#: at COMPACT_SUMMARY_SHARE of it, so a compacted session always lands well below the threshold and
+#: cannot compact again before it has grown (OpenClaw v2026.3.1 looped: #32106).
+COMPACT_KEEP_SHARE = 0.5
+COMPACT_SUMMARY_SHARE = 0.125
+COMPACT_MIN_SUMMARY_TOKENS = 256

@@ -7,6 +7,7 @@ import pytest
 from memoryd.services.query import fusion
 from memoryd.services.query import keyword as query_keyword
 from memoryd.services.query.fusion import Candidate
+from memoryd.shared import defaults as d
 from memoryd.shared.defaults import MIN_SCORE as DEFAULT_MIN_SCORE
 from memoryd.shared.defaults import TEXT_WEIGHT as DEFAULT_TEXT_WEIGHT
 from memoryd.shared.defaults import VECTOR_WEIGHT as DEFAULT_VECTOR_WEIGHT
@@ -34,7 +35,7 @@ def test_squashed_bm25_reads_negative_scores_and_keeps_their_order() -> None:
 
 
 def test_calibrated_rrf_lets_an_exact_keyword_hit_pass_min_score() -> None:
-    c = Candidate(1, text=query_keyword.IDENTIFIER_FLOOR, text_rank=1)
+    c = Candidate(1, text=d.IDENTIFIER_FLOOR, text_rank=1)
     assert fusion.calibrated_rrf(c, sides=2) > DEFAULT_MIN_SCORE
 
 
@@ -127,7 +128,7 @@ def test_text_evidence_is_the_weighted_share_of_terms_found() -> None:
 def test_a_chunk_holding_every_identifier_scores_at_least_the_floor() -> None:
     q = query_keyword.parse("what does E-404 mean for clinics")
     ev = query_keyword.evidence(q, [5.0, 3.0, 3.0], "E-404: slot taken", "MEMORY.md", 1, -1.0)
-    assert ev.score >= query_keyword.IDENTIFIER_FLOOR
+    assert ev.score >= d.IDENTIFIER_FLOOR
 
 
 def test_the_other_words_still_order_chunks_that_hold_the_identifier() -> None:
@@ -136,7 +137,7 @@ def test_the_other_words_still_order_chunks_that_hold_the_identifier() -> None:
     weights = [1.0] * len(q.terms)
     keys = query_keyword.evidence(q, weights, "Flat 2: keys given, 2 front door", "memory/2026-07-08.md", 1, -2.0)
     other = query_keyword.evidence(q, weights, "Flat 2: boiler serviced", "memory/2026-03-24.md", 2, -1.0)
-    assert query_keyword.IDENTIFIER_FLOOR <= other.score < keys.score < 1.0
+    assert d.IDENTIFIER_FLOOR <= other.score < keys.score < 1.0
 
 
 def test_a_date_in_the_path_counts_as_found() -> None:

@@ -92,7 +92,7 @@ def test_path_fragments_find_the_same_files_with_or_without_the_trigram_index(tm
 
 def test_equal_bm25_scores_are_ordered_by_place_past_the_rows_read(tmp_path: Path) -> None:
     """60 chunks of one text score the same: the 24 returned are the first by place, as the full
-    join orders them, although only 24 + TIE_MARGIN rows are read at first."""
+    join orders them, although only 24 + KEYWORD_TIE_MARGIN rows are read at first."""
     path = tmp_path / "main.sqlite"
     writer = IndexWriter(path)
     for n in reversed(range(30)):  # written in reverse: row ids run against place order

@@ -12,7 +12,7 @@ import psutil
 from inline_index import index_now
 
 from memoryd.services.query.agentindex import AgentIndex
-from memoryd.services.query.cache import CONNECTION_BYTES, footprint
+from memoryd.services.query.cache import footprint
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest
 from memoryd.shared import defaults as d
@@ -67,7 +67,7 @@ def test_the_memory_budget_closes_the_least_recently_used(tmp_path: Path) -> Non
     one = QueryService(settings)
     assert one.search(AGENTS[0], SearchRequest(query="lighthouse")).results
     size = footprint(one.index(AGENTS[0]))
-    assert size > CONNECTION_BYTES  # the page cache and the vectors
+    assert size > d.QUERY_CONNECTION_BYTES  # the page cache and the vectors
     one.close()
     budget = settings.memoryd.query.model_copy(update={"cache_megabytes": math.ceil(2.5 * size / 2**20)})
     service = QueryService(settings.model_copy(update={"memoryd": settings.memoryd.model_copy(

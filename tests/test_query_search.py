@@ -16,7 +16,8 @@ from inline_index import index_now
 from retrieval_set import build
 
 from memoryd.services.query.engine import QueryService
-from memoryd.services.query.models import SNIPPET_MAX_CHARS, GetRequest, SearchRequest, dump
+from memoryd.services.query.models import GetRequest, SearchRequest, dump
+from memoryd.shared import defaults as d
 from memoryd.shared.config.loader import load_settings
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.index.store import IndexWriter
@@ -94,7 +95,7 @@ def test_the_answer_is_spec_shaped(corpus) -> None:
         assert set(r) == {"path", "startLine", "endLine", "score", "snippet", "source"}
         assert 0.35 <= r["score"] <= 1
         assert r["source"] in {"memory", "kb"}
-        assert len(r["snippet"]) <= SNIPPET_MAX_CHARS
+        assert len(r["snippet"]) <= d.SNIPPET_MAX_CHARS
         lines = (workspace / r["path"]).read_text(encoding="utf-8").split("\n")
         assert r["snippet"] in "\n".join(lines[r["startLine"] - 1:r["endLine"]])
     scores = [r["score"] for r in answer["results"]]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from memoryd.services.query.keyword import Term
-from memoryd.services.query.models import SNIPPET_MAX_CHARS
 from memoryd.services.query.snippets import snippet, start
+from memoryd.shared import defaults as d
 
 FILLER = "- **Caroline**: " + "words that answer nothing at all " * 5
 LINES = [FILLER] * 12 + ["- **Melanie**: Yeah, I painted that lake sunrise last year!"] + [FILLER] * 12
@@ -17,11 +17,11 @@ def test_a_short_result_is_its_whole_text() -> None:
 
 
 def test_the_rare_term_outweighs_a_name_on_every_line() -> None:
-    assert len(TEXT) > SNIPPET_MAX_CHARS
+    assert len(TEXT) > d.SNIPPET_MAX_CHARS
     # "caroline" is on every line but one and weighs little; "sunrise" is on line 12 only.
     first = start(LINES, [CAROLINE, SUNRISE], [0.1, 4.0], anchor=0)
     cut = snippet(TEXT, [CAROLINE, SUNRISE], [0.1, 4.0], 0)
-    assert first <= 12 and "lake sunrise" in cut and len(cut) <= SNIPPET_MAX_CHARS
+    assert first <= 12 and "lake sunrise" in cut and len(cut) <= d.SNIPPET_MAX_CHARS
     assert cut.startswith(LINES[first])
 
 

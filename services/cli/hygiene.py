@@ -7,12 +7,10 @@ import shutil
 import subprocess
 from typing import Any
 
+from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.config.workspace import Workspace
 from memoryd.shared.secrets import secret_lines
-
-#: Files named per check before "and N more": the fix is the same for all of them.
-SHOWN_FILES = 5
 
 
 def secrets_check(settings: Settings, agent_id: str) -> dict[str, Any]:
@@ -29,9 +27,10 @@ def secrets_check(settings: Settings, agent_id: str) -> dict[str, Any]:
             flagged.append(f"{found.path} (" + ", ".join(f"line {n}: {kind}" for n, kind in lines.items()) + ")")
     if not flagged:
         return {"check": f"secrets {agent_id}", "ok": True, "detail": "no memory file looks like it holds a secret"}
-    more = f" and {len(flagged) - SHOWN_FILES} more" if len(flagged) > SHOWN_FILES else ""
+    shown = d.HYGIENE_SHOWN_FILES
+    more = f" and {len(flagged) - shown} more" if len(flagged) > shown else ""
     return {"check": f"secrets {agent_id}", "ok": False,
-            "detail": f"memory files that look like they hold secrets: {'; '.join(flagged[:SHOWN_FILES])}{more}. "
+            "detail": f"memory files that look like they hold secrets: {'; '.join(flagged[:shown])}{more}. "
                       "Memory is searched and sent to models: move the secret to a secret store, delete the line, "
                       "and rotate it (the workspace's git history still holds it)"}
 

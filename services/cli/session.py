@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from memoryd.services.cli.output import print_json
 from memoryd.services.cli.text import key_lines
 from memoryd.services.session.service import NewMessage, Sessions, context_json
+from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.exceptions import BadRequest, validation_problems
 from memoryd.shared.runtime import bus as busmod
@@ -104,10 +105,10 @@ def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
 
 def _why_nothing_to_compact(settings: Settings, args: argparse.Namespace) -> str:
     """Compaction keeps the most recent turns verbatim: a session that fits in them has nothing older."""
-    from memoryd.services.session.policy import KEEP_SHARE, Thresholds
+    from memoryd.services.session.policy import Thresholds
 
     agent = settings.agent(args.agent)
-    keep = min(agent.compaction.keep_recent_tokens, int(Thresholds.of(agent).base * KEEP_SHARE))
+    keep = min(agent.compaction.keep_recent_tokens, int(Thresholds.of(agent).base * d.COMPACT_KEEP_SHARE))
     tokens = context_json(_sessions(settings).context(args.agent, args.session))["sessionTokens"]
     return (f"nothing to compact: the session's {tokens} tokens fit in the recent turns kept verbatim ({keep} "
             f"tokens: compaction.keepRecentTokens = {agent.compaction.keep_recent_tokens}, at most half of the "

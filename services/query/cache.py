@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from memoryd.shared import defaults as d
+
 if TYPE_CHECKING:
     from memoryd.services.query.agentindex import AgentIndex
 
-#: What an open connection may hold besides the vectors: SQLite's default page cache
-#: (``cache_size`` −2000 = 2,000 KiB), the upper bound of what it reads into memory.
-CONNECTION_BYTES = 2000 * 1024
 
 
 def footprint(index: AgentIndex) -> int:
@@ -33,7 +32,7 @@ def footprint(index: AgentIndex) -> int:
         return 0
     vectors = index.vectors
     arrays = vars(vectors).values() if vectors is not None else ()
-    return CONNECTION_BYTES + sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+    return d.QUERY_CONNECTION_BYTES + sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
 
 
 class IndexCache:

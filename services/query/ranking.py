@@ -43,14 +43,10 @@ from typing import NamedTuple
 
 from memoryd.services.query.dates import path_date
 from memoryd.services.query.fusion import Candidate
+from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import QuerySettings
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-#: Candidates MMR chooses among, × maxResults: the score order already decided the rest.
-MMR_POOL = 3
-#: With a date window the vector side reads this many times more candidates and drops the ones
-#: outside it (the vector matrix knows no dates); the keyword side filters in SQL, exactly.
-WINDOW_DEPTH = 10
 
 
 class ChunkRow(NamedTuple):
@@ -127,7 +123,7 @@ class DateWindow:
 
 def depth(limit: int, window: DateWindow) -> int:
     """Candidates the vector side returns for ``limit`` wanted inside ``window``."""
-    return limit if window.open else limit * WINDOW_DEPTH
+    return limit if window.open else limit * d.WIDEN_WINDOW_DEPTH
 
 
 def decay(path: str, newest: dt.date | None, half_life_days: float) -> float:
@@ -156,7 +152,7 @@ def mmr(ids: Sequence[int], score: Callable[[int], float], text: Callable[[int],
     Each candidate's highest similarity to the picked ones is kept up to date with the last
     pick only: k × pool overlaps, not k² × pool.
     """
-    pool = list(ids[:k * MMR_POOL])
+    pool = list(ids[:k * d.MMR_POOL])
     words = {cid: _words(text(cid)) for cid in pool}
     nearest = dict.fromkeys(pool, 0.0)
     picked: list[int] = []

@@ -1,4 +1,4 @@
-"""A result's snippet: at most ``SNIPPET_MAX_CHARS`` of its text, from the lines that answer.
+"""A result's snippet: at most ``d.SNIPPET_MAX_CHARS`` of its text, from the lines that answer.
 
 A result is a passage of up to 400 tokens (~1,600 characters of conversation) and its
 snippet holds 700: which 700 decides whether the agent sees the answer without a
@@ -15,15 +15,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memoryd.services.query.keyword import Term, token_string
-from memoryd.services.query.models import SNIPPET_MAX_CHARS
+from memoryd.shared import defaults as d
 
 
 def snippet(text: str, terms: Sequence[Term], weights: Sequence[float], anchor: int) -> str:
     """The snippet of ``text``; ``anchor``: the 0-based line of ``text`` where its best chunk starts."""
-    if len(text) <= SNIPPET_MAX_CHARS:
+    if len(text) <= d.SNIPPET_MAX_CHARS:
         return text
     lines = text.split("\n")
-    return "\n".join(lines[start(lines, terms, weights, anchor):])[:SNIPPET_MAX_CHARS]
+    return "\n".join(lines[start(lines, terms, weights, anchor):])[:d.SNIPPET_MAX_CHARS]
 
 
 def start(lines: list[str], terms: Sequence[Term], weights: Sequence[float], anchor: int) -> int:
@@ -35,7 +35,7 @@ def start(lines: list[str], terms: Sequence[Term], weights: Sequence[float], anc
     for first in range(len(lines)):
         held: set[int] = set()
         size, last = 0, first
-        while last < len(lines) and (last == first or size + len(lines[last]) <= SNIPPET_MAX_CHARS):
+        while last < len(lines) and (last == first or size + len(lines[last]) <= d.SNIPPET_MAX_CHARS):
             held |= found[last]
             size += len(lines[last]) + 1
             last += 1

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memoryd.services.query.models import SearchResult, SupersededBy
+from memoryd.shared import defaults as d
 
 _DATE = re.compile(r"(\d{4}-\d{2}-\d{2})[^/]*$")
 _VERB = (r"(?:\b(?:has|have|was|were)\s+)?(?:\b(?:changed|moved|switched|went|updated|renamed)\b"
@@ -42,11 +43,6 @@ _SPEAKER = re.compile(r"^(?:\*\*[^*]{1,40}\*\*|user|assistant)\s*:\s*", re.IGNOR
 _WORD = re.compile(r"[a-z0-9][a-z0-9_'.-]*[a-z0-9]|[a-z0-9]|[\u3400-\u9fff]")
 _STOP = frozenset(re.split(r"\s+", "a an the of to in on at by for with from and or is are was were be been now "
                                    "our my your its their this that it we i you they has have had new old"))
-#: Subjects of two lines are the same when this share (Jaccard) of their content words is common.
-SUBJECT_OVERLAP = 0.5
-#: A statement of a value is short: a subject and a value of at most this many content words each
-#: (a line of chat — "Caroline: that is so cool, I went to …" — is not one).
-MAX_PART_WORDS = 6
 
 
 @dataclass(frozen=True)
@@ -69,7 +65,7 @@ def claims(index: int, start_line: int, text: str) -> list[Claim]:
             else None
         if match:
             subject, value = _words(match["subject"]), _words(match["value"])
-            if 0 < len(subject) <= MAX_PART_WORDS and 0 < len(value) <= MAX_PART_WORDS:
+            if 0 < len(subject) <= d.SUPERSEDE_MAX_PART_WORDS and 0 < len(value) <= d.SUPERSEDE_MAX_PART_WORDS:
                 out.append(Claim(index, start_line + offset, subject, value))
     return out
 
@@ -82,7 +78,7 @@ def _asked(claim: Claim, terms: Sequence[str]) -> bool:
 
 def _conflict(a: Claim, b: Claim) -> bool:
     shared = len(a.subject & b.subject) / len(a.subject | b.subject)
-    return shared >= SUBJECT_OVERLAP and not (a.value <= b.value or b.value <= a.value)
+    return shared >= d.SUPERSEDE_SUBJECT_OVERLAP and not (a.value <= b.value or b.value <= a.value)
 
 
 def _when(result: SearchResult) -> str | None:

@@ -18,14 +18,11 @@ import re
 from typing import Any, Protocol
 
 from memoryd.services.session.transcript import Message
+from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import LlmSettings
 from memoryd.shared.embed.openai_errors import provider_error
 
 NO_REPLY = "NO_REPLY"
-#: Lines longer than this are cut when quoted into a summary: a log line is not a decision.
-MAX_LINE_CHARS = 400
-#: Tool output quoted to the summariser is cut to this many characters per result.
-TOOL_QUOTE_CHARS = 2_000
 
 COMPACTION_PROMPT = (
     "You compact a long conversation between a user and an AI agent. Write a concise summary that "
@@ -82,7 +79,7 @@ def make_llm(settings: LlmSettings) -> Llm:
 def text_of(m: Message) -> str:
     """A message's text for a summariser: tool output cut short, tool calls spelled out."""
     if m.role == "tool":
-        text = m.content if len(m.content) <= TOOL_QUOTE_CHARS else m.content[:TOOL_QUOTE_CHARS] + " ..."
+        text = m.content if len(m.content) <= d.LLM_TOOL_QUOTE_CHARS else m.content[:d.LLM_TOOL_QUOTE_CHARS] + " ..."
         return f"[tool result{': ' + m.name if m.name else ''}] {text}"
     return m.content + "".join(f" [calls {c.name}({c.arguments})]" for c in m.tool_calls or [])
 
@@ -160,7 +157,7 @@ class Extractive:
                 line = raw.strip().lstrip("-*• ").strip()
                 if not line or not (_KEEP.search(line) or _NAME.search(line)):
                     continue
-                line = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " ..."
+                line = line if len(line) <= d.LLM_MAX_LINE_CHARS else line[:d.LLM_MAX_LINE_CHARS] + " ..."
                 found[f"- {m.role}: {line}" if with_role else f"- {line}"] = None
         return list(found)
 
@@ -176,7 +173,7 @@ class Extractive:
         parts.append(header + (f"; focus: {focus}" if focus else "") + ":")
         parts.extend(lines or ["- (no decisions, rules, dates or todos stated)"])
         if users:
-            last = users[-1].content.strip().splitlines()[0][:MAX_LINE_CHARS] if users[-1].content.strip() else ""
+            last = users[-1].content.strip().splitlines()[0][:d.LLM_MAX_LINE_CHARS] if users[-1].content.strip() else ""
             parts.append(f"- last user request: {last}")
         return "\n".join(parts)
 
@@ -184,7 +181,7 @@ class Extractive:
         lines = self.keep(turns, with_role=True)
         topic = next((m.content.strip().splitlines()[0] for m in turns if m.role == "user" and m.content.strip()),
                      "")
-        body = [f"Topic: {topic[:MAX_LINE_CHARS]}" if topic else "Topic: (none stated)", ""]
+        body = [f"Topic: {topic[:d.LLM_MAX_LINE_CHARS]}" if topic else "Topic: (none stated)", ""]
         body += lines or ["- (nothing durable was stated)"]
         return None, "\n".join(body)
 

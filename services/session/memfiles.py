@@ -29,14 +29,13 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
+from memoryd.shared import defaults as d
 from memoryd.shared.exceptions import PathRefused
 from memoryd.shared.secrets import redact
 
 MEMORY_DIR = "memory"
 #: The files an accepted promotion may be appended to (never AGENTS.md, USER.md, …).
 PROMOTION_TARGETS = ("MEMORY.md", "SOUL.md", "TOOLS.md")
-#: Slugs are file-name parts: short, lowercase, hyphenated.
-MAX_SLUG_CHARS = 40
 _APPEND = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -124,7 +123,7 @@ def write_daily(workspace: Path, day: date, text: str) -> DailyWrite:
 def slugify(raw: str | None) -> str | None:
     if not raw:
         return None
-    slug = re.sub(r"[^a-z0-9]+", "-", raw.lower()).strip("-")[:MAX_SLUG_CHARS].strip("-")
+    slug = re.sub(r"[^a-z0-9]+", "-", raw.lower()).strip("-")[:d.MAX_SLUG_CHARS].strip("-")
     return slug or None
 
 

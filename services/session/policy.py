@@ -12,12 +12,6 @@ from memoryd.services.session.transcript import Message, Segment
 from memoryd.shared.config.settings import AgentConfig, SessionResetSettings
 from memoryd.shared.index.chunking import encoding
 
-#: Compaction keeps at most this share of the flush threshold verbatim, and caps the summary
-#: at SUMMARY_SHARE of it, so a compacted session always lands well below the threshold and
-#: cannot compact again before it has grown (OpenClaw v2026.3.1 looped: #32106).
-KEEP_SHARE = 0.5
-SUMMARY_SHARE = 0.125
-MIN_SUMMARY_TOKENS = 256
 
 class Thresholds(BaseModel):
     flush: int | None

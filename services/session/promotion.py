@@ -32,6 +32,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from memoryd.services.session.memfiles import append_promoted
+from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.events import Occurrence, PromotionAccepted, PromotionProposed, PromotionRejected, parse_event
 from memoryd.shared.exceptions import MemorydError
@@ -39,12 +40,8 @@ from memoryd.shared.log.eventlog import log_dir, read
 from memoryd.shared.runtime.bus import Bus
 
 REVIEW_FILE = "PROMOTIONS.md"
-#: Decided proposals the review file still lists, newest first.
-REVIEW_DECIDED = 20
 Status = Literal["pending", "accepted", "rejected"]
 PromotionEvent = PromotionProposed | PromotionAccepted | PromotionRejected
-#: Seconds `git commit` of one file may take.
-GIT_TIMEOUT_SECONDS = 30
 
 
 class ProposalNotFound(MemorydError):
@@ -200,7 +197,7 @@ def git_commit(workspace: Path, target: str, message: str) -> str | None:
 
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([git, "-C", str(workspace), *argv], capture_output=True, text=True,
-                              timeout=GIT_TIMEOUT_SECONDS, check=False)
+                              timeout=d.GIT_TIMEOUT_SECONDS, check=False)
 
     top = run("rev-parse", "--show-toplevel")
     if top.returncode != 0 or Path(top.stdout.strip()).resolve() != workspace.resolve():
@@ -221,7 +218,7 @@ def write_review(settings: Settings, agent_id: str, proposals: dict[str, Proposa
     marker = agent.heartbeat.marker
     pending = [p for p in proposals.values() if p.status == "pending"]
     decided = sorted((p for p in proposals.values() if p.status != "pending"),
-                     key=lambda p: p.decided_at or 0, reverse=True)[:REVIEW_DECIDED]
+                     key=lambda p: p.decided_at or 0, reverse=True)[:d.REVIEW_DECIDED_SHOWN]
     out = [f"# {REVIEW_FILE} — what the heartbeat proposes to promote",
            "",
            "Written by memoryd from its ledger; changes here are replaced. Decide with",

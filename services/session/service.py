@@ -32,9 +32,6 @@ from memoryd.services.session.heartbeat import Heartbeat
 from memoryd.services.session.llm import NO_REPLY, Extractive, Llm, make_llm
 from memoryd.services.session.memfiles import DailyWrite, daily_path, save_note, slugify, write_daily
 from memoryd.services.session.policy import (
-    KEEP_SHARE,
-    MIN_SUMMARY_TOKENS,
-    SUMMARY_SHARE,
     Thresholds,
     cap_tokens,
     due_reset,
@@ -253,12 +250,12 @@ class Sessions:
                 self.flush(agent_id, session, seg.compaction_count)  # the flush gets its chance first
                 seg = segment(transcript.read())
         older, _ = split_recent(seg.live_messages(),
-                                min(agent.compaction.keep_recent_tokens, int(thresholds.base * KEEP_SHARE)))
+                                min(agent.compaction.keep_recent_tokens, int(thresholds.base * d.COMPACT_KEEP_SHARE)))
         if not older:
             return None
         previous = seg.last_compaction.summary if seg.last_compaction else None
         summary = self.llm.summarise(older, previous, focus).strip() or Extractive().summarise(older, previous, focus)
-        summary = cap_tokens(summary, max(MIN_SUMMARY_TOKENS, int(thresholds.base * SUMMARY_SHARE)))
+        summary = cap_tokens(summary, max(d.COMPACT_MIN_SUMMARY_TOKENS, int(thresholds.base * d.COMPACT_SUMMARY_SHARE)))
         now = self.clock()
         with transcript.locked() as locked:
             current = segment(locked.entries)
