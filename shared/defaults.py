@@ -301,6 +301,9 @@ INDEX_STALL_MARGIN_SECONDS = 60.0
 INDEX_STOP_SECONDS = 10.0
 #: A `memoryd index` run is shown by `memoryd status` until done, or for a day (its counters' lifetime).
 INDEX_RUN_TTL_SECONDS = 24 * 3600
+#: How soon the watcher looks again at an agent whose reconcile it left to a `memoryd index` run:
+#: the reconcile after the run then finds what changed meanwhile, seconds later, not minutes.
+RUN_COVER_RECHECK_SECONDS = 5.0
 #: How long a service started without a configured Redis waits for `memoryd redis` (the Procfile
 #: starts both at once) to note its Redis before it tries 127.0.0.1:6379.
 REDIS_NOTE_WAIT_SECONDS = 10.0

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -262,3 +263,30 @@ def test_status_shows_the_counts_of_a_run_in_progress(workspace: Path, make_sett
     assert "memoryd index run run-s (agent main): 0/2 files done, 0/0 chunks embedded" in shown
     runs.count(bus, "run-s", files_done=2)
     assert active_runs(bus) == []  # done runs are dropped
+
+
+def test_a_watcher_leaves_a_new_agents_files_to_the_index_run_that_queues_them(
+        workspace: Path, make_settings, redis_url: str, tmp_path: Path) -> None:
+    """`memoryd index --workspace` of a new agent while a watcher runs: the watcher picks the agent up
+    within a second and would reconcile it at once, queuing every file the run is queuing too (the
+    duplicates stayed in the bulk queues after the import had finished). Each file is queued once."""
+    from tests.pipeline_harness import Pipeline
+
+    settings, config = make_settings(workspace, redis=redis_url)
+    p = Pipeline(config, redis_url, settings, tmp_path)
+    fresh = tmp_path / "ws-fresh"
+    (fresh / "memory").mkdir(parents=True)
+    for i in range(300):
+        (fresh / "memory" / f"n-{i:03d}.md").write_text(f"- note {i} about the plan for week {i % 52}\n")
+    try:
+        p.start("watcher")
+        wait_until(lambda: p.conn.hget(p.bus.key("reconciled"), "main"), timeout=60, what=f"watcher up\n{p.logs()}")
+        done = p.cli("index", "--agent", "fresh", "--workspace", str(fresh), "--json")
+        assert json.loads(done.stdout)["files"] == 300
+        wait_until(lambda: p.conn.hget(p.bus.key("reconciled"), "fresh"), timeout=60,
+                   what=f"the watcher's reconcile of the new agent after the run\n{p.logs()}")
+        queued = Counter(e.path for e in p.events("fresh", "file.changed"))
+        assert len(queued) == 300
+        assert {path: n for path, n in queued.items() if n > 1} == {}
+    finally:
+        p.stop()

@@ -51,3 +51,16 @@ def test_a_job_no_service_registered_is_refused_with_what_to_do(bus: Bus) -> Non
 def test_a_job_is_registered_only_on_a_known_stage() -> None:
     with pytest.raises(ValueError, match="unknown stage 'chunks'"):
         register_jobs({"x": ("chunks", "m.f")})
+
+
+def test_a_claimed_run_covers_its_agent_until_it_is_done_or_forgotten(bus: Bus) -> None:
+    runs.claim(bus, "r2", "fresh")
+    assert runs.covering(bus, "fresh") and not runs.covering(bus, "main")
+    assert runs.active(bus) == []  # still queuing: no file count to show yet
+    runs.start(bus, "r2", "fresh", files=1)
+    assert runs.covering(bus, "fresh")
+    runs.count(bus, "r2", files_done=1)
+    assert not runs.covering(bus, "fresh")
+    runs.claim(bus, "r3", "fresh")
+    runs.forget(bus, "r3")  # it failed before it queued anything
+    assert not runs.covering(bus, "fresh")

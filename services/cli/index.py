@@ -131,19 +131,26 @@ class LocalStages:
             self.retries.release()
 
 
-def _workspace(args: argparse.Namespace, settings: Settings) -> tuple[Settings, AgentConfig]:
-    """The agent to index: registered (or moved) with ``--workspace``; a missing workspace is
-    created only with ``--create`` (a mistyped path must not become a new workspace)."""
+def _checked_workspace(args: argparse.Namespace) -> Path | None:
+    """``--workspace`` as a folder to register, refused before anything is changed (a mistyped path
+    must not become a new workspace: a missing one is created only with ``--create``)."""
+    if not args.workspace:
+        return None
+    workspace = Path(args.workspace).expanduser()
+    if workspace.exists() and not workspace.is_dir():
+        raise MemorydError(f"workspace {workspace} is a file, not a folder; fix --workspace")
+    if not workspace.exists() and not args.create:
+        raise MemorydError(f"workspace {workspace} does not exist: check the path, or add --create to make a "
+                           "new workspace there (standard files, memory/, git init)")
+    return workspace.absolute()
+
+
+def _workspace(args: argparse.Namespace, settings: Settings, workspace: Path | None) -> tuple[Settings, AgentConfig]:
+    """The agent to index: registered (or moved) at ``workspace`` when given."""
     from memoryd.shared.config.bootstrap import ensure_workspace
 
-    if args.workspace:
-        workspace = Path(args.workspace).expanduser()
-        if workspace.exists() and not workspace.is_dir():
-            raise MemorydError(f"workspace {workspace} is a file, not a folder; fix --workspace")
-        if not workspace.exists() and not args.create:
-            raise MemorydError(f"workspace {workspace} does not exist: check the path, or add --create to make a "
-                               "new workspace there (standard files, memory/, git init)")
-        settings = register_agent(settings, args.agent, workspace.absolute())
+    if workspace is not None:
+        settings = register_agent(settings, args.agent, workspace)
     agent = settings.agent(args.agent)
     if not agent.workspace.exists():
         if not args.create:
@@ -224,14 +231,21 @@ def follow(bus: busmod.Bus, run: str, total: int, progress: IndexProgress, *, em
 
 
 def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
-    settings, agent = _workspace(args, settings)
+    workspace = _checked_workspace(args)
     started = time.monotonic()
     url, private = redis_server.ensure_redis(settings)
     try:
         conn = redis_server.connect(url)
         bus = busmod.Bus(conn, settings)
-        set_context(settings, conn)
         run = uuid.uuid4().hex
+        runs.claim(bus, run, args.agent)  # before the agent is registered: a watcher leaves its files to this run
+        try:
+            settings, agent = _workspace(args, settings, workspace)
+        except BaseException:
+            runs.forget(bus, run)
+            raise
+        bus = busmod.Bus(conn, settings)
+        set_context(settings, conn)
         workers = live_stages(bus) >= set(PIPELINE) and not private
         local = None if workers else LocalStages(bus, agent.id).start()  # the model loads while files are read
         try:

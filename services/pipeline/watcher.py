@@ -39,6 +39,7 @@ from memoryd.shared.config.workspace import Workspace, is_utf8
 from memoryd.shared.events import FileChanged, FileDeleted
 from memoryd.shared.exceptions import ConfigError
 from memoryd.shared.redact import redact
+from memoryd.shared.runtime import runs
 from memoryd.shared.runtime.bus import Bus
 from memoryd.shared.runtime.redis_server import wait_for_redis
 from memoryd.shared.runtime.survey import changed_event, indexed_hashes, plan
@@ -235,6 +236,9 @@ class Watcher:
         now = time.monotonic()
         for w in list(self.watches.values()):
             if now >= self.next_reconcile[w.agent_id] or w.reconcile_wanted.is_set():
+                if runs.covering(self.bus, w.agent_id):  # `memoryd index` queues every file of it now
+                    self.next_reconcile[w.agent_id] = now + d.RUN_COVER_RECHECK_SECONDS
+                    continue
                 w.reconcile_wanted.clear()
                 w.reconcile(between=self.settle_due)
                 self.next_reconcile[w.agent_id] = time.monotonic() + w.reconcile_every
