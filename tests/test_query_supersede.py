@@ -21,7 +21,7 @@ def test_the_newer_value_ranks_first_and_the_older_is_marked(workspace: Path, ma
                                           "- The billing service owner team-alpha reviews every billing change.\n")
     (memory / "2026-03-09.md").write_text("# 2026-03-09\n\n- Lunch with Sam.\n"
                                           "- The billing service owner changed to team-zeta.\n")
-    settings, _ = make_settings(workspace)
+    settings, _ = make_settings(workspace, query={"supersede": True})
     index_now(settings, "main")
     service = QueryService(settings)
     try:
