@@ -18,8 +18,10 @@ from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest, SearchResponse
 from memoryd.shared.indexing import index_now
 
-#: Every wait of these tests ends by then: a search on this corpus takes milliseconds.
-DEADLINE_S = 30
+#: A search on this corpus takes milliseconds: one that has not answered by then waits for another.
+DEADLINE_S = 10
+#: The held search is let go by then at the latest, after the others' deadlines.
+HOLD_S = 3 * DEADLINE_S
 DELETED = "memory/2026-01-29.md"  # the note that holds "atlas-docs-eu"
 
 
@@ -67,7 +69,7 @@ def test_a_search_held_in_its_snapshot_blocks_no_other_and_each_sees_its_own_com
         def held(self: QueryService, *args: Any) -> Any:
             if threading.current_thread().name == "held":
                 inside.set()
-                assert release.wait(timeout=DEADLINE_S)
+                assert release.wait(timeout=HOLD_S)
             return in_snapshot(self, *args)
 
         monkeypatch.setattr(QueryService, "_in_snapshot", held)
