@@ -4,13 +4,14 @@ services/query/vectors.py, and the keyword side's statistics).
 
 Every read goes through :meth:`AgentIndex.snapshot`: one read transaction on a connection of
 its own, so a search sees one committed state, never blocks the indexer (WAL) and never waits
-for another search. Starting one is the only step taken under the index's lock, and it is
-short: the file's inode (a rebuild swaps in a new file: reopen), a new vector file mapped
-(a compaction; before ``BEGIN``), ``BEGIN`` and ``meta.generation`` (bumped by every committed
-write). A new generation builds the next :class:`_State` from the last one — the document
-frequencies start afresh, the vectors follow by what changed (a copy: the searches still on
-the previous generation keep theirs). Snapshots start one after another, so each sees a
-generation at least as new as the last one's, and a search that starts after the indexer
+for another search. Usually a snapshot takes the index's lock only to pick an idle
+connection, then begins and reads ``meta.generation`` (bumped by every committed write) on
+it. When that generation is new, or the file's inode changed (a rebuild swaps in a new
+file: reopen), or no connection is idle, it starts again under the lock: a new vector file
+mapped (a compaction; before ``BEGIN``), ``BEGIN``, and the next :class:`_State` built from
+the last one — the document frequencies start afresh, the vectors follow by what changed
+(a copy: the searches still on the previous generation keep theirs). Those renewals run one
+after another, so the state only moves forward, and a search that starts after the indexer
 committed sees its rows.
 """
 
@@ -143,14 +144,52 @@ class AgentIndex:
                 conn.close()
 
     def _begin(self) -> tuple[Any, int, _State]:
+        """A connection in a read transaction, its epoch, and the state of the generation it sees.
+
+        The usual case takes the lock only to pick an idle connection: ``BEGIN`` and the meta
+        read run outside it (each lets go of the GIL, and a lock held across them made every
+        search of the agent wait for the GIL's hand-overs). A new file, a new generation, a
+        transaction older than the state, or no idle connection: :meth:`_renew`, under the lock."""
         with self._lock:
-            identity = self._identity()
+            conn, epoch = (self._idle.pop() if self._idle else None), self._epoch
+            self._active += 1
+        try:
+            if conn is not None:
+                identity = self._identity()
+                conn.execute("BEGIN")
+                generation = read_meta(conn, META_GENERATION)
+                state = self._state
+                if state is not None and epoch == self._epoch and (state.identity, state.generation) == (
+                        identity, generation):
+                    return conn, epoch, state
+                conn.execute("ROLLBACK")
+            return self._renew(conn, epoch)
+        except BaseException:
+            with self._lock:
+                self._active -= 1
+            if conn is not None:
+                conn.close()  # and with it the transaction
+            raise
+
+    def _renew(self, conn: Any | None, epoch: int) -> tuple[Any, int, _State]:
+        """Under the lock, in order: the file (reopen if replaced), a new vector file mapped, then
+        ``BEGIN``, and the state brought to the generation that transaction sees. Snapshots renewed
+        one after another see generations that never go back, so the state only moves forward."""
+        with self._lock:
+            try:
+                identity = self._identity()
+            except IndexMissing:
+                self._drop()
+                raise
             if self._state is not None and identity != self._state.identity:
                 self._drop()
-            if self._state is not None and self._state.vectors is not None:
-                self._state.vectors.remap()  # before BEGIN: a new vector file never lags the snapshot
-            conn = self._idle.pop() if self._idle else self._connect()
+            if conn is None or epoch != self._epoch:  # none idle, or one of a file since replaced
+                if conn is not None:
+                    conn.close()
+                conn = self._connect()
             try:
+                if self._state is not None and self._state.vectors is not None:
+                    self._state.vectors.remap()  # before BEGIN: a new vector file never lags the snapshot
                 conn.execute("BEGIN")
                 generation = read_meta(conn, META_GENERATION)
                 if self._state is None or generation != self._state.generation:
@@ -161,14 +200,12 @@ class AgentIndex:
             except BaseException:
                 conn.close()  # and with it the transaction
                 raise
-            self._active += 1
             return conn, self._epoch, self._state
 
     def _identity(self) -> tuple[int, int]:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            self._drop()
             raise IndexMissing(f"no index at {self.path}; start the pipeline (`memoryd up`) or run "
                                "`memoryd index`") from None
         return st.st_dev, st.st_ino
