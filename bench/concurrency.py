@@ -6,7 +6,9 @@ sent its share of ``REQUESTS`` or ``SECONDS`` have passed. Every level (1 client
 runs ``ROUNDS`` times, alternating, since the machine's speed drifts over minutes: the
 figures are the rounds' requests pooled, ``rps`` their count over the rounds' time. The
 server's CPU time over the same rounds (``/proc/<pid>/stat``) gives ``server_cores`` (CPU
-seconds per second) and ``cpu_ms`` per request.
+seconds per second) and ``cpu_ms`` per request; ``others_cores`` is what the rest of the
+machine (other processes, not the server nor these clients) used meanwhile, from
+``/proc/stat``: on a shared box the server cannot use the cores others take.
 """
 
 from __future__ import annotations
@@ -66,6 +68,12 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+def _machine_busy_seconds() -> float:
+    """CPU seconds all processes have used (user, nice, system, irq, softirq, steal)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:3]) + sum(fields[5:8])) / os.sysconf("SC_CLK_TCK")
+
+
 def _client(url: str, asks: list[str], deadline: float, times: list[float], degraded: list[str]) -> None:
     """One client's loop: ``asks`` one after another on one connection, until the deadline; the
     reason of every answer that is not hybrid goes to ``degraded`` (counted, not hidden)."""
@@ -114,11 +122,14 @@ def measure(state: Path, questions: Callable[[int, int], list[str]]) -> dict[str
         samples: dict[int, list[float]] = {n: [] for n in CLIENTS}
         spent = {n: 0.0 for n in CLIENTS}
         cpu = {n: 0.0 for n in CLIENTS}
+        others = {n: 0.0 for n in CLIENTS}
         for r in range(ROUNDS):
             for n in CLIENTS:
-                before = _cpu_seconds(pid)
+                before, machine, mine = _cpu_seconds(pid), _machine_busy_seconds(), time.process_time()
                 times, seconds = _round(url, n, questions, 1000 + r * 10 + n, degraded[n])
                 cpu[n] += _cpu_seconds(pid) - before
+                others[n] += _machine_busy_seconds() - machine - (_cpu_seconds(pid) - before) - (
+                    time.process_time() - mine)
                 samples[n] += times
                 spent[n] += seconds
     out = {}
@@ -127,7 +138,7 @@ def measure(state: Path, questions: Callable[[int, int], list[str]]) -> dict[str
         out[str(n)] = {"rps": round(len(ms) / spent[n], 1), "p50_ms": round(float(np.percentile(ms, 50)), 1),
                        "p99_ms": round(float(np.percentile(ms, 99)), 1), "n": len(ms),
                        "server_cores": round(cpu[n] / spent[n], 2), "cpu_ms": round(cpu[n] / len(ms) * 1000, 1),
-                       "keyword_only": len(degraded[n])}
+                       "keyword_only": len(degraded[n]), "others_cores": round(others[n] / spent[n], 2)}
     one, many = out[str(CLIENTS[0])], out[str(CLIENTS[-1])]
     out["ratios"] = {"rps": round(many["rps"] / one["rps"], 2), "p99_over_p50_of_one": round(many["p99_ms"] /
                                                                                               one["p50_ms"], 2)}
