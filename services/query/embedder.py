@@ -1,5 +1,5 @@
-"""The query side's embeddings: cached, ``EMBED_THREADS`` threads per provider endpoint, never
-awaited inside a snapshot.
+"""The query side's embeddings: cached, on threads of their provider endpoint's own (two for an
+in-process model, one per remote endpoint), never awaited inside a snapshot.
 
 A search starts its query's embedding (:meth:`QueryEmbedder.start`) before it takes its
 snapshot, on the threads of the provider's endpoint: a hung remote provider of one agent
@@ -30,10 +30,13 @@ from memoryd.shared.exceptions import ProviderError
 #: Query embeddings kept per process: agents repeat questions, and MiniLM takes ~5–10 ms a query.
 QUERY_CACHE_SIZE = 1024
 
-#: Embeddings of one endpoint at once: two keep both cores busy with the local model (each ONNX
-#: run on ``queryThreads`` threads that never spin) when searches arrive together; one made every
-#: question wait for the ones before it (8 clients at once: queued past embedTimeoutMs).
-EMBED_THREADS = 2
+#: Embeddings of an in-process model at once: two keep both cores busy (each ONNX run on
+#: ``queryThreads`` threads that never spin) when searches arrive together; one made every
+#: question wait for the ones before it (8 clients at once: some queued past embedTimeoutMs).
+LOCAL_EMBED_THREADS = 2
+#: Calls to one remote endpoint at once: one, so a hung endpoint holds a single call until its
+#: circuit breaker opens (the next questions queue behind it and answer by keyword in time).
+REMOTE_EMBED_THREADS = 1
 
 #: A query's vector, or why there is none.
 Embedded = tuple[np.ndarray | None, str | None]
@@ -64,7 +67,7 @@ class QueryEmbedder:
 
     def start(self, chain: Sequence[providers.Provider], text: str) -> Future[Embedded]:
         """The query's vector: at once from the cache, else the call in flight for the same text,
-        else a new call on the endpoint's own thread."""
+        else a new call on the endpoint's own threads."""
         key = (chain[0].embedder, text)
         with self.lock:
             cached = self.cache.get(key)
@@ -75,8 +78,10 @@ class QueryEmbedder:
                 return self.inflight[key]
             endpoint = providers.endpoint(chain[0])
             if endpoint not in self.threads:
-                self.threads[endpoint] = ThreadPoolExecutor(max_workers=EMBED_THREADS,
-                                                            thread_name_prefix="memoryd-embed")
+                remote = getattr(chain[0], "endpoint", None) is not None  # providers.endpoint's rule
+                self.threads[endpoint] = ThreadPoolExecutor(
+                    max_workers=REMOTE_EMBED_THREADS if remote else LOCAL_EMBED_THREADS,
+                    thread_name_prefix="memoryd-embed")
             future = self.threads[endpoint].submit(self._embed, list(chain), key)
             self.inflight[key] = future
         return future
