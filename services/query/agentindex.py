@@ -164,9 +164,11 @@ class AgentIndex:
                     return conn, epoch, state
                 conn.execute("ROLLBACK")
             return self._renew(conn, epoch)
-        except BaseException:
+        except BaseException as exc:
             with self._lock:
                 self._active -= 1
+                if isinstance(exc, IndexMissing):
+                    self._drop()  # the file is gone: let go of its connections and state
             if conn is not None:
                 conn.close()  # and with it the transaction
             raise
@@ -176,11 +178,7 @@ class AgentIndex:
         ``BEGIN``, and the state brought to the generation that transaction sees. Snapshots renewed
         one after another see generations that never go back, so the state only moves forward."""
         with self._lock:
-            try:
-                identity = self._identity()
-            except IndexMissing:
-                self._drop()
-                raise
+            identity = self._identity()
             if self._state is not None and identity != self._state.identity:
                 self._drop()
             if conn is None or epoch != self._epoch:  # none idle, or one of a file since replaced
