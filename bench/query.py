@@ -16,6 +16,8 @@ MiniLM's, not the flat one of random vectors) — and its vector file. Then:
   median of 5, beside ``search_after_write`` — the whole first search after each write;
 - ``cli_vs_http``: with ``memoryd serve`` running on the state dir, ``memoryd search --json``
   from a shell (the ``memoryd`` console script) against the same request over HTTP (medians);
+- ``concurrency``: requests/s, p50 and p99 of 1 and of 8 client loops at once against a
+  ``memoryd serve`` on 127.0.0.1, a new question per request (bench/concurrency.py);
 - ``recall_at_10``: the service's vector search (reduced scan → int8 → exact re-score)
   against exact float search over the same vectors, for 100 real questions' vectors;
   ``numpy``: ``rows @ q`` over the float32 vectors, and over the reduced ones, in this
@@ -43,6 +45,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
+import concurrency  # noqa: E402
 import realvectors  # noqa: E402
 
 from memoryd.services.query.vectors import VectorIndex, single_blas_thread  # noqa: E402
@@ -64,7 +67,8 @@ BLOCK = 50_000
 SEED = 7
 #: Bump when the generated index changes, so a cached one is rebuilt.
 FORMAT = 6
-GOALS = {"cold_start_s@1M": 3, "rss_mb@1M": 2048, "p50_ms@1M": 60, "p50_ms@100k": 15, "refresh_ms@1M": 5,
+GOALS = {"concurrency_rps_8_over_1@100k": 1.7, "concurrency_p99_8_over_p50_1@100k": 6,
+         "cold_start_s@1M": 3, "rss_mb@1M": 2048, "p50_ms@1M": 60, "p50_ms@100k": 15, "refresh_ms@1M": 5,
          "cli_minus_http_ms": 100, "real_recall_at_10": 0.99}
 
 
@@ -229,8 +233,8 @@ def probe(state: Path, n_queries: int) -> dict:
             writer.replace_chunks("memory/bench-refresh.md", "memory", chunks,
                                   {c.hash: vectors[j:j + 1] for j, c in enumerate(chunks)})
         started = time.perf_counter()
-        with index.snapshot():
-            index.vector_index()
+        with index.snapshot() as snap:
+            snap.vector_index()
         refresh.append(time.perf_counter() - started)
         with writer.transaction():  # another 2-chunk write, this time timed inside a whole search
             writer.replace_chunks("memory/bench-refresh.md", "memory", chunks[:1], {})
@@ -252,17 +256,7 @@ def probe_process(state: Path, n_queries: int) -> dict:
 
 # --- the CLI beside HTTP, with a server running -------------------------------------------
 def cli_vs_http(state: Path) -> dict:
-    env = dict(os.environ, MEMORYD_CONFIG=str(state / "memoryd.json"), MEMORYD_STATE_DIR=str(state))
-    server = subprocess.Popen([sys.executable, "-m", "memoryd.services.cli", "serve", "--port", "0"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        url_file = state / "serve.json"
-        deadline = time.monotonic() + 120
-        while not url_file.exists():
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError("memoryd serve did not write serve.json")
-            time.sleep(0.1)
-        url = json.loads(url_file.read_text())["url"]
+    with concurrency.served(state) as (url, _):
         qs = questions(5, 20)
         http = []
         for q in qs:
@@ -278,9 +272,6 @@ def cli_vs_http(state: Path) -> dict:
             started = time.perf_counter()
             memoryd(state, "search", q + " again", "--json")
             cli.append(time.perf_counter() - started)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     h, c = float(np.median(http)) * 1000, float(np.median(cli)) * 1000
     return {"http_ms": round(h, 1), "cli_ms": round(c, 1), "cli_minus_http_ms": round(c - h, 1)}
 
@@ -309,7 +300,6 @@ def recall(index_path: Path, queries: np.ndarray, truth: list[set[int]], k: int 
     vectors.refresh(conn, int(conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0]))
     found = [{h.chunk_id - 1 for h in vectors.search(q, k)} for q in queries]
     conn.execute("ROLLBACK")
-    vectors.close()
     return round(float(np.mean([len(f & t) / k for f, t in zip(found, truth, strict=True)])), 4)
 
 
@@ -365,6 +355,8 @@ def bench_size(cache: Path, size: int, n_queries: int, spectrum: Spectrum, real:
     result.update(probe_process(state, n_queries))
     say(f"{size}: cli vs http")
     result["cli_vs_http"] = cli_vs_http(state)
+    say(f"{size}: concurrency")
+    result["concurrency"] = concurrency.measure(state, questions)
     say(f"{size}: recall and numpy")
     blocks = [spectrum.block(size, s, min(BLOCK, size - s)) for s in range(0, size, BLOCK)]
     queries = real[np.random.default_rng(2).permutation(len(real))[:100]]

@@ -76,8 +76,8 @@ def test_path_fragments_find_the_same_files_with_or_without_the_trigram_index(tm
     if not migrated:
         _downgrade(path)
     conn = sqlitedb.connect(path, readonly=True)
-    searcher = keyword.KeywordSearcher(conn)
-    searcher.refresh("1")
+    keyword.prepare(conn)
+    searcher = keyword.KeywordSearcher(conn, keyword.Stats(conn))
     rows = dict(conn.execute("SELECT id, path FROM chunks"))
 
     def files(query: str) -> set[str]:
@@ -100,8 +100,8 @@ def test_equal_bm25_scores_are_ordered_by_place_past_the_rows_read(tmp_path: Pat
     _write(writer, "memory/2026-03-01.md", ["ferry ferry timetable"])  # better than the tie
     writer.close()
     conn = sqlitedb.connect(path, readonly=True)
-    searcher = keyword.KeywordSearcher(conn)
-    searcher.refresh("1")
+    keyword.prepare(conn)
+    searcher = keyword.KeywordSearcher(conn, keyword.Stats(conn))
     query = keyword.parse("ferry")
     found = searcher.candidates(query, 24, None)
     full = conn.execute("SELECT chunks_fts.rowid, bm25(chunks_fts) AS b FROM chunks_fts JOIN chunks c ON "

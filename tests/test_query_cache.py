@@ -53,13 +53,13 @@ def _search_each(service: QueryService) -> dict[str, AgentIndex]:
 def test_at_most_max_open_indexes_stay_open(tmp_path: Path) -> None:
     service = QueryService(_many_agents(tmp_path, maxOpenIndexes=3))
     held = _search_each(service)
-    assert sorted(a for a, index in held.items() if index.conn is not None) == AGENTS[-3:]
+    assert sorted(a for a, index in held.items() if index.is_open) == AGENTS[-3:]
     fds = psutil.Process().num_fds()
     for _ in range(3):
         _search_each(service)  # every agent again, reopened in turn
     assert psutil.Process().num_fds() <= fds
     service.close()
-    assert all(index.conn is None for index in held.values())
+    assert all(not index.is_open for index in held.values())
 
 
 def test_the_memory_budget_closes_the_least_recently_used(tmp_path: Path) -> None:
@@ -73,7 +73,7 @@ def test_the_memory_budget_closes_the_least_recently_used(tmp_path: Path) -> Non
     service = QueryService(settings.model_copy(update={"memoryd": settings.memoryd.model_copy(
         update={"query": budget})}))  # room for two of these indexes, not three
     held = _search_each(service)
-    assert [a for a, index in held.items() if index.conn is not None] == AGENTS[-2:]
+    assert [a for a, index in held.items() if index.is_open] == AGENTS[-2:]
     assert service.search(AGENTS[0], SearchRequest(query="lighthouse")).results  # reopened on demand
 
 

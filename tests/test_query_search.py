@@ -306,9 +306,9 @@ def test_deleted_content_disappears_from_both_sides(fresh) -> None:
     assert not any(r.path == "memory/2026-01-29.md"
                    for r in search(service, "atlas-docs-eu", fusion="vector", min_score=0, max_results=50).results)
     assert search(service, "atlas-docs-eu", fusion="keyword").results == []
-    with index.snapshot():
-        (vectors,) = index.conn.execute("SELECT count(*) FROM chunk_vectors").fetchone()
-    assert len(index.vectors) == vectors
+    with index.snapshot() as snap:
+        (vectors,) = snap.conn.execute("SELECT count(*) FROM chunk_vectors").fetchone()
+        assert len(snap.vector_index()) == vectors
 
 
 def test_an_index_replaced_by_a_rebuild_is_reopened(fresh, tmp_path: Path) -> None:
@@ -343,8 +343,8 @@ def test_a_search_never_blocks_the_indexer(fresh) -> None:
 def test_the_service_opens_indexes_read_only(fresh) -> None:
     _, service = fresh
     index = service.index("main")
-    with index.snapshot(), pytest.raises(Exception, match="readonly"):
-        index.conn.execute("INSERT INTO meta(key, value) VALUES ('x', 'y')")
+    with index.snapshot() as snap, pytest.raises(Exception, match="readonly"):
+        snap.conn.execute("INSERT INTO meta(key, value) VALUES ('x', 'y')")
 
 
 def test_query_embeddings_are_cached(corpus) -> None:

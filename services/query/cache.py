@@ -1,8 +1,9 @@
 """The query service's open agent indexes: the most recently searched ones, within a budget.
 
-An open index holds a read-only SQLite connection (two file descriptors with its WAL, and
-a page cache) and, once searched, the agent's vector matrix. With a hundred agents on one
-box, keeping every one open would grow memory and descriptors with the number of agents;
+An open index holds read-only SQLite connections (as many as searches ran at once on it;
+two file descriptors each with its WAL, and a page cache) and, once searched, the agent's
+vectors. With a hundred agents on one box, keeping every one open would grow memory and
+descriptors with the number of agents;
 so at most ``memoryd.query.maxOpenIndexes`` stay open and their estimated footprint stays
 under ``memoryd.query.cacheMegabytes``. Before an index is handed out, the least recently
 used others are closed until both hold (one that a search is using right now is left for
@@ -27,12 +28,13 @@ if TYPE_CHECKING:
 
 
 def footprint(index: AgentIndex) -> int:
-    """Estimated bytes ``index`` holds: its connection's page cache and its vector arrays."""
-    if index.conn is None:
+    """Estimated bytes ``index`` holds: its connections' page caches and its vector arrays."""
+    if not index.is_open:
         return 0
     vectors = index.vectors
     arrays = vars(vectors).values() if vectors is not None else ()
-    return d.QUERY_CONNECTION_BYTES + sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+    held = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+    return d.QUERY_CONNECTION_BYTES * max(index.connections, 1) + held
 
 
 class IndexCache:
@@ -60,22 +62,17 @@ class IndexCache:
             if len(self._items) <= self.max_open and total <= self.budget_bytes:
                 return
             index = self._items[agent_id]
-            if agent_id == keep or not index.lock.acquire(blocking=False):
+            if agent_id == keep or index.busy:
                 continue  # the one asked for, or one a search holds now
-            try:
-                total -= footprint(index)
-                index.close()
-            finally:
-                index.lock.release()
+            total -= footprint(index)
+            index.close()
             del self._items[agent_id]
 
     def retain(self, agent_ids: set[str]) -> None:
         """Close the indexes of agents no longer configured (removed from the registry)."""
         with self._lock:
             for agent_id in [a for a in self._items if a not in agent_ids]:
-                index = self._items.pop(agent_id)
-                with index.lock:
-                    index.close()
+                self._items.pop(agent_id).close()  # a search in flight ends on its own connection
 
     def close(self) -> None:
         self.retain(set())

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from memoryd.services.query import fusion, ranking, snippets, supersede
 from memoryd.services.query import keyword as query_keyword
-from memoryd.services.query.agentindex import AgentIndex, missing_index
+from memoryd.services.query.agentindex import AgentIndex, Snapshot, missing_index
 from memoryd.services.query.cache import IndexCache
 from memoryd.services.query.models import (
     AgentInfo,
@@ -41,6 +41,10 @@ from memoryd.shared.config.workspace import NotRegularFile, Workspace, open_regu
 from memoryd.shared.embed import providers
 from memoryd.shared.exceptions import ConfigError, MemoryFileMissing, PathRefused
 from memoryd.shared.runtime.roster import LiveSettings
+
+#: Vector scans at once: one per search in flight (the HTTP server runs up to 40, anyio's
+#: default), so no search's scan queues behind another's; each is one BLAS thread.
+SCAN_THREADS = 40
 
 
 @dataclass(frozen=True)
@@ -80,8 +84,8 @@ class QueryService:
         self._lock = threading.Lock()
         #: Query embeddings: cached, one thread per provider endpoint (services/query/question_embedding.py).
         self._embeddings = QueryEmbedder()
-        #: One thread scans the vectors beside the keyword side, while the search holds its snapshot.
-        self._scans = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memoryd-scan")
+        #: Threads that scan the vectors beside the keyword side, while each search holds its snapshot.
+        self._scans = ThreadPoolExecutor(max_workers=SCAN_THREADS, thread_name_prefix="memoryd-scan")
         #: Indexes of past moments (``asOf``) replayed from the log, most recently used last.
         self._past: dict[Path, AgentIndex] = {}
         single_blas_thread()
@@ -116,9 +120,7 @@ class QueryService:
             index = self._past.pop(path, None) or AgentIndex(path)
             self._past[path] = index
             while len(self._past) > self.settings.memoryd.log.as_of_snapshots:
-                old = self._past.pop(next(iter(self._past)))
-                with old.lock:
-                    old.close()
+                self._past.pop(next(iter(self._past))).close()
         return index
 
     def agents(self) -> AgentsResponse:
@@ -153,14 +155,14 @@ class QueryService:
         # fusion "vector" asks for the vector side's own scores: codes or not, they are shown
         span = fusion.anchors(provider_name, request.query, codes_only=keyword.codes_only and mode != "vector")
         plan = _Search(agent, keyword, mode, limit, source, min_score, max_results, request.explain, span)
-        # The query's embedding starts now, outside the agent's lock, on its provider's own thread.
+        # The query's embedding starts now, before the snapshot, on its provider's own thread.
         embedding = self._embedding(agent, request.query) if mode != "keyword" else Vectors(None, None)
         started = time.monotonic()
         agent_index = self._index_at(agent_id, request.as_of)
         with agent_index.snapshot() as index:
             found = self._in_snapshot(index, plan, embedding, None)
         if isinstance(found, _Late):
-            # Not embedded yet: wait (up to embedTimeoutMs from the start) without the lock, then
+            # Not embedded yet: wait (up to embedTimeoutMs from the start) outside the snapshot, then
             # answer in a new snapshot — with vectors, or from keywords and the reason.
             assert isinstance(embedding, Future)
             embedding = settle(embedding, started + q.embed_timeout_ms / 1000 - time.monotonic(), q.embed_timeout_ms)
@@ -176,7 +178,7 @@ class QueryService:
         return SearchResponse(results=results, provider=provider_name, model=model, mode=answered,
                               fusion=mode, reason=vectors.reason, warning=gone)
 
-    def _in_snapshot(self, index: AgentIndex, s: _Search, embedding: Future[Embedded] | Vectors,
+    def _in_snapshot(self, index: Snapshot, s: _Search, embedding: Future[Embedded] | Vectors,
                      late: _Late | None) -> tuple[list[SearchResult], Vectors, bool] | _Late:
         """Both sides and their fusion in one snapshot; ``_Late`` when the embedding is not there yet
         (``late``: what the first snapshot found, reused if the index did not change since)."""
@@ -210,7 +212,7 @@ class QueryService:
                               newest)
         return results, vectors, text_side
 
-    def _score(self, index: AgentIndex, cands: dict[int, fusion.Candidate], rows: dict[int, ranking.ChunkRow],
+    def _score(self, index: Snapshot, cands: dict[int, fusion.Candidate], rows: dict[int, ranking.ChunkRow],
                weights: list[float], s: _Search, text_side: bool,
                vector_side: bool, newest: dt.date | None) -> list[SearchResult]:
         """Fuse every candidate's scores, rank and widen (services/query/ranking.py); build results
@@ -241,7 +243,7 @@ class QueryService:
             return results
         return supersede.order(results, [p.text for p in chosen], [t.phrase for t in s.keyword.terms])
 
-    def _text_side(self, index: AgentIndex, query: query_keyword.KeywordQuery, limit: int, source: str | None,
+    def _text_side(self, index: Snapshot, query: query_keyword.KeywordQuery, limit: int, source: str | None,
                    alone: bool) -> _TextSide:
         """The keyword side's candidates, their rows and their text scores."""
         hits, by_path = self._keyword(index, query, limit, source, alone)
@@ -257,7 +259,7 @@ class QueryService:
         return side
 
     @staticmethod
-    def _keyword(index: AgentIndex, query: query_keyword.KeywordQuery, limit: int, source: str | None,
+    def _keyword(index: Snapshot, query: query_keyword.KeywordQuery, limit: int, source: str | None,
                  alone: bool) -> tuple[list[tuple[int, float]], list[int]]:
         assert index.keyword is not None
         return (index.keyword.candidates(query, limit, source, alone=alone),
@@ -273,7 +275,7 @@ class QueryService:
             return Vectors(None, "embedding provider is 'none': answered by keyword")
         return self._embeddings.start(chain, text)
 
-    def _vector_side(self, agent: AgentConfig, index: AgentIndex, embedding: Future[Embedded] | Vectors,
+    def _vector_side(self, agent: AgentConfig, index: Snapshot, embedding: Future[Embedded] | Vectors,
                      limit: int, source: str | None) -> VectorSide | Vectors:
         """The scan of the index's vectors once the query is embedded; or why there is none."""
         if isinstance(embedding, Vectors):

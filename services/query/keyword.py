@@ -55,6 +55,8 @@ STOPWORDS = frozenset({
 _CONTRACTION = re.compile(r"(?<=[^\W\d_])['’](?:s|t|re|ve|ll|d|m)\b", re.IGNORECASE)
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+#: What ``_WORD`` matches in lower-case ASCII text, found ~30 % faster (every candidate's text goes through it).
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
 _CJK_TOKEN = re.compile(f"^[{fts.CJK}]$")
 _HAN = re.compile(f"[{fts.HAN}]")
 _KANA = re.compile(f"[{fts.KANA}]")
@@ -74,9 +76,9 @@ def normalise(text: str) -> str:
 
 def token_string(text: str) -> str:
     """The text as FTS5 sees it, as `` tok tok … `` so a phrase is a substring test."""
-    if not text.isascii():
-        text = fts.segment(text)
-    return " " + " ".join(_WORD.findall(normalise(text))) + " "
+    if text.isascii():
+        return " " + " ".join(_ASCII_WORD.findall(text.lower())) + " "
+    return " " + " ".join(_WORD.findall(normalise(fts.segment(text)))) + " "
 
 
 #: Word endings cut before a word is matched as a prefix (``decided`` → ``decid*``): unicode61
@@ -216,37 +218,40 @@ class TextEvidence:
     score: float  # calibrated 0..1
 
 
-class KeywordSearcher:
-    """Runs the keyword side on one open index connection (read-only)."""
+def prepare(conn: Any) -> None:
+    """Set a new read connection up for the keyword side (outside any transaction: a
+    snapshot's ROLLBACK would drop the vocabulary table again)."""
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memoryd_vocab USING fts5vocab(main, chunks_fts, row)")
+    conn.create_function("memoryd_path_date", 1, _sql_path_date, deterministic=True)
+
+
+class Stats:
+    """What the keyword side knows of one committed generation, shared by its searches: read
+    when the generation is first seen, document frequencies and the newest date as asked (two
+    searches asking at once compute the same value)."""
 
     def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        # Outside any transaction: the snapshot's ROLLBACK would drop it again.
-        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.memoryd_vocab USING fts5vocab(main, chunks_fts, row)")
-        conn.create_function("memoryd_path_date", 1, _sql_path_date, deterministic=True)
-        self._df: dict[str, int] = {}
-        self._generation: str | None = None
-        self._total = 0
-        self._newest: tuple[dt.date | None] | None = None
-        self._trigram = False  # the index has migration 4's trigram index of file paths
+        self.total = chunk_count(conn)
+        self.trigram = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'file_paths'").fetchone() is not None
+        self.df: dict[str, int] = {}
+        self.newest: tuple[dt.date | None] | None = None
 
-    def refresh(self, generation: str | None) -> None:
-        """Forget document frequencies computed on an older index."""
-        if generation != self._generation:
-            self._generation = generation
-            self._df.clear()
-            self._newest = None
-            self._total = chunk_count(self.conn)
-            self._trigram = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'file_paths'").fetchone() \
-                is not None
+
+class KeywordSearcher:
+    """Runs the keyword side on one search's connection (read-only, :func:`prepare`-d) and the
+    :class:`Stats` of the generation its snapshot sees."""
+
+    def __init__(self, conn: Any, stats: Stats) -> None:
+        self.conn = conn
+        self.stats = stats
 
     def newest_date(self) -> dt.date | None:
         """The date of the newest dated file in the index (read once per generation)."""
-        if self._newest is None:
+        if self.stats.newest is None:
             rows = self.conn.execute("SELECT path FROM files WHERE status = 'indexed'")
             dates = [d for (p,) in rows if (d := path_date(p)) is not None]
-            self._newest = (max(dates) if dates else None,)
-        return self._newest[0]
+            self.stats.newest = (max(dates) if dates else None,)
+        return self.stats.newest[0]
 
     def candidates(self, query: KeywordQuery, limit: int, source: str | None,
                    alone: bool = False) -> list[tuple[int, float]]:
@@ -306,7 +311,7 @@ class KeywordSearcher:
         """Chunks whose path contains one of the query's identifiers (a date names a daily log)."""
         found: list[int] = []
         for fragment in query.path_fragments:
-            if self._trigram:  # the paths holding the fragment, from their trigrams
+            if self.stats.trigram:  # the paths holding the fragment, from their trigrams
                 sql = ("SELECT id, path FROM chunks WHERE path IN (SELECT f.path FROM file_paths p JOIN files f "
                        "ON f.rowid = p.rowid WHERE file_paths MATCH ? AND f.status = 'indexed')")
                 params: list[Any] = ['"' + fragment.replace('"', '""') + '"']
@@ -325,7 +330,7 @@ class KeywordSearcher:
 
     def weights(self, query: KeywordQuery) -> list[float]:
         """BM25's IDF of each term (× d.IDENTIFIER_WEIGHT for identifiers)."""
-        n = max(self._total, 1)
+        n = max(self.stats.total, 1)
         out = []
         for term in query.terms:
             df = min(self._document_frequency(term), n)
@@ -336,7 +341,8 @@ class KeywordSearcher:
     def _document_frequency(self, term: Term) -> int:
         """Chunks holding the term's rarest token (for a prefix: the sum over its words; an upper
         bound either way, read from the FTS vocabulary without touching a document)."""
-        if term.fts not in self._df:
+        df = self.stats.df.get(term.fts)
+        if df is None:
             counts = []
             for token in term.phrase.split():
                 if term.prefix:
@@ -347,8 +353,8 @@ class KeywordSearcher:
                 else:
                     row = self.conn.execute("SELECT doc FROM temp.memoryd_vocab WHERE term = ?", (token,)).fetchone()
                 counts.append(row[0] if row else 0)
-            self._df[term.fts] = min(counts)
-        return self._df[term.fts]
+            df = self.stats.df[term.fts] = min(counts)
+        return df
 
 
 def _sql_path_date(path: str) -> str | None:

@@ -1,12 +1,13 @@
-"""The query side's embeddings: cached, one thread per provider endpoint, never awaited under a lock.
+"""The query side's embeddings: cached, on threads of their provider endpoint's own (two for an
+in-process model, one per remote endpoint), never awaited inside a snapshot.
 
-A search starts its query's embedding (:meth:`QueryEmbedder.start`) before it takes the
-agent's lock, on the thread of the provider's endpoint: a hung remote provider of one
-agent then holds only its own thread, never another agent's searches nor the agent's
-index. The matrix scan that follows the embedding may only run while the search holds
-the agent's snapshot, so :class:`VectorSide` starts it (on the scan thread, beside the
-keyword side) when the embedding arrives in time, and never after :meth:`VectorSide.close`.
-A search whose embedding is late waits for it without the lock, up to
+A search starts its query's embedding (:meth:`QueryEmbedder.start`) before it takes its
+snapshot, on the threads of the provider's endpoint: a hung remote provider of one agent
+then holds only its own threads, never another agent's searches nor the agent's index.
+The matrix scan that follows the embedding may only run while the search holds its
+snapshot, so :class:`VectorSide` starts it (on a scan thread, beside the keyword side) when
+the embedding arrives in time, and never after :meth:`VectorSide.close`. A search whose
+embedding is late waits for it outside the snapshot, up to
 ``memorySearch.query.embedTimeoutMs`` (:func:`settle`), and answers from keywords after
 that. The embedding goes on in the background and fills the cache for the next search.
 """
@@ -28,6 +29,14 @@ from memoryd.shared.exceptions import ProviderError
 
 #: Query embeddings kept per process: agents repeat questions, and MiniLM takes ~5–10 ms a query.
 QUERY_CACHE_SIZE = 1024
+
+#: Embeddings of an in-process model at once: two keep both cores busy (each ONNX run on
+#: ``queryThreads`` threads that never spin) when searches arrive together; one made every
+#: question wait for the ones before it (8 clients at once: some queued past embedTimeoutMs).
+LOCAL_EMBED_THREADS = 2
+#: Calls to one remote endpoint at once: one, so a hung endpoint holds a single call until its
+#: circuit breaker opens (the next questions queue behind it and answer by keyword in time).
+REMOTE_EMBED_THREADS = 1
 
 #: A query's vector, or why there is none.
 Embedded = tuple[np.ndarray | None, str | None]
@@ -58,7 +67,7 @@ class QueryEmbedder:
 
     def start(self, chain: Sequence[providers.Provider], text: str) -> Future[Embedded]:
         """The query's vector: at once from the cache, else the call in flight for the same text,
-        else a new call on the endpoint's own thread."""
+        else a new call on the endpoint's own threads."""
         key = (chain[0].embedder, text)
         with self.lock:
             cached = self.cache.get(key)
@@ -69,7 +78,10 @@ class QueryEmbedder:
                 return self.inflight[key]
             endpoint = providers.endpoint(chain[0])
             if endpoint not in self.threads:
-                self.threads[endpoint] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memoryd-embed")
+                remote = getattr(chain[0], "endpoint", None) is not None  # providers.endpoint's rule
+                self.threads[endpoint] = ThreadPoolExecutor(
+                    max_workers=REMOTE_EMBED_THREADS if remote else LOCAL_EMBED_THREADS,
+                    thread_name_prefix="memoryd-embed")
             future = self.threads[endpoint].submit(self._embed, list(chain), key)
             self.inflight[key] = future
         return future

@@ -15,7 +15,9 @@ read per search: a vec0 point read costs 0.1–3.5 ms here (it walks the 1.5 MB 
 1,024-vector chunk), so re-scoring even 24 candidates with them would cost more than the
 whole search.
 
-Keeping in step (``refresh``, once per new generation, in the search's read transaction):
+Keeping in step (``following``, once per new generation, in the read transaction of the
+search that first sees it): a copy is brought forward, so the searches still reading the
+previous generation keep theirs unchanged (an object searches read is never written again):
 the file's published rows up to the snapshot's last rowid are visible; deletions since
 the last refresh come from ``vector_deletions`` (so a write that deleted 2 rows costs 2
 rows); rows the file does not hold yet (the writer between commit and publish) are read
@@ -26,10 +28,12 @@ A chunk may have several window vectors; it is scored by its best window.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import functools
 import glob
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,10 +85,12 @@ class VectorIndex:
     def __len__(self) -> int:
         return int(self.alive[:self.rows].sum()) + len(self.delta)
 
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
+    def following(self, conn: Any, generation: int) -> VectorIndex:
+        """A copy of these vectors brought to ``generation`` (call inside the read transaction);
+        this one stays as it is for the searches still reading it."""
+        ahead = copy.copy(self)
+        ahead.refresh(conn, generation)
+        return ahead
 
     # --- keeping in step --------------------------------------------------------------------
     def remap(self) -> None:
@@ -124,13 +130,13 @@ class VectorIndex:
             self._advance(conn, generation)
 
     def _unavailable(self, reason: str) -> None:
-        self.close()
+        self.file = None  # not closed: a search of an older generation may still read it
         self.reason, self.rows, self.alive = reason, 0, np.zeros(0, dtype=bool)
         self.delta = Rows(np.zeros(0, np.int64), np.zeros(0, np.int64), [], np.zeros((0, 0), np.float32))
 
     def _load(self, conn: Any, generation: int, uid: str | None, file: VecFile | None = None) -> None:
         self._next = None
-        self.close()
+        self.file = None  # not closed (see _unavailable); unmapped once no search holds its arrays
         try:
             file = file or VecFile(self.path)
         except (FileNotFoundError, ValueError) as exc:
@@ -189,6 +195,7 @@ class VectorIndex:
     def _mark_dead(self, rowids: np.ndarray) -> None:
         if len(rowids) and self.file is not None:
             at = self.file.position(rowids, self.rows)
+            self.alive = self.alive.copy()  # the previous generation's searches may be reading it
             self.alive[at[at >= 0]] = False
 
     # --- search -----------------------------------------------------------------------------
@@ -242,13 +249,16 @@ class VectorIndex:
             for i in indices:
                 np.matmul(parts[i], reduced_query, out=scores[bounds[i]:bounds[i + 1]])
 
-        if self.rows < SPLIT_ROWS or len(parts) < 2:
-            run(range(len(parts)))
+        if self.rows < SPLIT_ROWS or len(parts) < 2 or not _SPLITTING.acquire(blocking=False):
+            run(range(len(parts)))  # small, or another search's half runs on the other core already
             return scores
-        half = len(parts) // 2
-        other = _scan_pool().submit(run, range(half, len(parts)))
-        run(range(half))
-        other.result()
+        try:
+            half = len(parts) // 2
+            other = _scan_pool().submit(run, range(half, len(parts)))
+            run(range(half))
+            other.result()
+        finally:
+            _SPLITTING.release()
         return scores
 
     def _delta_scores(self, query: np.ndarray, source: str | None) -> np.ndarray:
@@ -273,6 +283,11 @@ def _top(scores: np.ndarray, m: int) -> np.ndarray:
     elif len(found) > m:  # each row kept costs its int8 re-score: keep exactly m
         found = found[np.argpartition(-scores[found], m)[:m]]
     return found[np.isfinite(scores[found])]
+
+
+#: Held by the one search whose scan is split now: with searches in flight on both cores a
+#: second split would only queue its half behind the first's.
+_SPLITTING = threading.Lock()
 
 
 @functools.cache

@@ -150,9 +150,8 @@ class VecFile:
             raise ValueError(f"{path} is not a memoryd vector file of version {VERSION}")
         self.uid = uid.hex()
         self.layout = Layout(dims, reduced, segment_rows)
-        self._segments: list[dict[str, np.ndarray]] = []
         self._map_fitted()
-        self._map_segments()
+        self._segments = self._map_segments([])
 
     def _map_fitted(self) -> None:
         layout = self.layout
@@ -160,18 +159,21 @@ class VecFile:
                                         HEADER_BYTES).reshape(layout.dims, layout.reduced)
         self.mean = np.frombuffer(self._mm, np.float32, layout.dims, layout.mean_start)
 
-    def _map_segments(self) -> None:
+    def _map_segments(self, segments: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """``segments`` with the mapping's segments they lack appended (a new list is then swapped in
+        whole: searches on other threads may be reading the old one)."""
         layout = self.layout
         count = (len(self._mm) - layout.data_start) // layout.segment_bytes
         offsets = layout.column_offsets
-        for s in range(len(self._segments), count):
+        for s in range(len(segments), count):
             base = layout.data_start + s * layout.segment_bytes
             columns = {}
             for name, dtype, per_row in _COLUMNS:
                 width = layout.width(per_row)
                 array = np.frombuffer(self._mm, dtype, layout.segment_rows * width, base + offsets[name])
                 columns[name] = array.reshape(layout.segment_rows, width) if width > 1 else array
-            self._segments.append(columns)
+            segments.append(columns)
+        return segments
 
     def grown(self) -> bool:
         """Remap if the file gained segments since it was mapped (the writer appended); → whether it did."""
@@ -184,8 +186,7 @@ class VecFile:
         finally:
             os.close(fd)
         self._map_fitted()
-        self._segments = []
-        self._map_segments()
+        self._segments = self._map_segments([])
         return True
 
     def state(self) -> State:

@@ -1,0 +1,99 @@
+"""Searches of one agent run at once: each in a snapshot of its own (services/query/agentindex.py).
+
+A real index (the retrieval fixture workspace on the ``hash`` provider, indexed by
+``index_now``), real threads: one search is held inside its snapshot while the indexer
+commits a change and other searches of the same agent run, finish, and see that change.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from inline_index import index_now
+from retrieval_set import build
+
+from memoryd.services.query.engine import QueryService
+from memoryd.services.query.models import SearchRequest, SearchResponse
+
+#: A search on this corpus takes milliseconds: one that has not answered by then waits for another.
+DEADLINE_S = 10
+#: The held search is let go by then at the latest, after the others' deadlines.
+HOLD_S = 3 * DEADLINE_S
+DELETED = "memory/2026-01-29.md"  # the note that holds "atlas-docs-eu"
+
+
+def _paths(answer: SearchResponse) -> set[str]:
+    return {r.path for r in answer.results}
+
+
+def _vector_search(service: QueryService, query: str) -> SearchResponse:
+    return service.search("main", SearchRequest(query=query, fusion="vector", min_score=0, max_results=50))
+
+
+class _Run(threading.Thread):
+    """``call()`` on a thread of its own, started at once; :meth:`result` waits for its answer."""
+
+    def __init__(self, call: Any, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.call = call
+        self.answer: Any = None
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.answer = self.call()
+        except BaseException as exc:  # handed to the test, which raises it
+            self.error = exc
+
+    def result(self) -> Any:
+        self.join(timeout=DEADLINE_S)
+        assert not self.is_alive(), f"search {self.name!r} did not finish within {DEADLINE_S} s"
+        if self.error is not None:
+            raise self.error
+        return self.answer
+
+
+def test_a_search_held_in_its_snapshot_blocks_no_other_and_each_sees_its_own_commit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = build(tmp_path, provider="hash")
+    service = QueryService(settings)
+    try:
+        assert DELETED in _paths(_vector_search(service, "atlas-docs-eu"))  # the vectors are mapped
+        inside, release = threading.Event(), threading.Event()
+        in_snapshot = QueryService._in_snapshot
+
+        def held(self: QueryService, *args: Any) -> Any:
+            if threading.current_thread().name == "held":
+                inside.set()
+                assert release.wait(timeout=HOLD_S)
+            return in_snapshot(self, *args)
+
+        monkeypatch.setattr(QueryService, "_in_snapshot", held)
+        first = _Run(lambda: _vector_search(service, "atlas-docs-eu"), name="held")
+        try:
+            assert inside.wait(timeout=DEADLINE_S)
+            # While it holds its snapshot: the indexer deletes the note and adds another, and commits.
+            workspace = settings.agent("main").workspace
+            (workspace / DELETED).unlink()
+            (workspace / "memory" / "2026-03-02.md").write_text(
+                "# 2026-03-02\n- Ticket ZEBRA-7781: the zebra crossing widget is broken.\n", encoding="utf-8")
+            index_now(settings, "main")
+            # Searches of the same agent, begun after the commit, run to the end and see it.
+            after = _Run(lambda: _vector_search(service, "atlas-docs-eu"), name="after").result()
+            assert DELETED not in _paths(after)
+            new = _Run(lambda: service.search("main", SearchRequest(query="ZEBRA-7781", explain=True)),
+                       name="new").result()
+            assert new.results[0].path == "memory/2026-03-02.md"
+            assert new.results[0].explain.vector_rank is not None  # the vectors followed the commit too
+            assert first.is_alive()  # all the while, the first search was still inside its snapshot
+        finally:
+            release.set()
+        # The held search answers from the state its snapshot began in, vectors included: the
+        # note deleted since is still there for it (a later generation's refresh left its view alone).
+        assert DELETED in _paths(first.result())
+    finally:
+        service.close()
