@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memoryd.services.query import vectors as query_vectors
 from memoryd.services.query.vectors import VectorIndex
 from memoryd.shared import defaults as d
 from memoryd.shared.events import ChunkData
@@ -127,7 +126,7 @@ def index(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("rescore", [12, 2000])  # the reduced scan + re-scoring, and re-scoring alone
 def test_search_follows_adds_deletes_and_sources(index: Path, monkeypatch: pytest.MonkeyPatch, rescore: int) -> None:
-    monkeypatch.setattr(query_vectors, "RESCORE", rescore)
+    monkeypatch.setattr(d, "VECTOR_RESCORE", rescore)
     monkeypatch.setattr(d, "VEC_REWRITE_FLOOR", min(rescore, d.VEC_REWRITE_FLOOR))  # fitted before scanned
     rng = np.random.default_rng(1)
     writer = IndexWriter(index)

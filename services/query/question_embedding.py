@@ -24,19 +24,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memoryd.services.query.vectors import VectorHit
+from memoryd.shared import defaults as d
 from memoryd.shared.embed import providers
 from memoryd.shared.exceptions import ProviderError
-
-#: Query embeddings kept per process: agents repeat questions, and MiniLM takes ~5–10 ms a query.
-QUERY_CACHE_SIZE = 1024
-
-#: Embeddings of an in-process model at once: two keep both cores busy (each ONNX run on
-#: ``queryThreads`` threads that never spin) when searches arrive together; one made every
-#: question wait for the ones before it (8 clients at once: some queued past embedTimeoutMs).
-LOCAL_EMBED_THREADS = 2
-#: Calls to one remote endpoint at once: one, so a hung endpoint holds a single call until its
-#: circuit breaker opens (the next questions queue behind it and answer by keyword in time).
-REMOTE_EMBED_THREADS = 1
 
 #: A query's vector, or why there is none.
 Embedded = tuple[np.ndarray | None, str | None]
@@ -58,7 +48,7 @@ def done(value: Embedded) -> Future[Embedded]:
 
 
 class QueryEmbedder:
-    def __init__(self, cache_size: int = QUERY_CACHE_SIZE) -> None:
+    def __init__(self, cache_size: int = d.QUERY_CACHE_SIZE) -> None:
         self.cache_size = cache_size
         self.cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self.inflight: dict[tuple[str, str], Future[Embedded]] = {}
@@ -80,7 +70,7 @@ class QueryEmbedder:
             if endpoint not in self.threads:
                 remote = getattr(chain[0], "endpoint", None) is not None  # providers.endpoint's rule
                 self.threads[endpoint] = ThreadPoolExecutor(
-                    max_workers=REMOTE_EMBED_THREADS if remote else LOCAL_EMBED_THREADS,
+                    max_workers=d.REMOTE_EMBED_THREADS if remote else d.LOCAL_EMBED_THREADS,
                     thread_name_prefix="memoryd-embed")
             future = self.threads[endpoint].submit(self._embed, list(chain), key)
             self.inflight[key] = future

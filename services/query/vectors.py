@@ -6,7 +6,7 @@ it — and searches in three steps, each on fewer rows and more exact:
 
 1. scan the reduced vectors (``dims/8`` float32 per row) with one BLAS ``gemv`` per segment
    (two threads for big files): an eighth of the bytes of the float32 vectors;
-2. re-score the best ``RESCORE`` rows with their int8 codes (of the difference from the
+2. re-score the best ``d.VECTOR_RESCORE`` rows with their int8 codes (of the difference from the
    index's mean vector) and per-row scales: the cosine within ~0.002 of the float32 one, the
    top ten that of exact search (recall@10 on real MiniLM vectors: bench/query.py).
 
@@ -41,19 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from memoryd.shared import defaults as d
 from memoryd.shared.index.indexvectors import META_DELETIONS_FLOOR, META_VECTORS_UID, index_rows, read_meta
 from memoryd.shared.index.vecfile import VecFile, vec_path
 from memoryd.shared.index.vecwriter import Rows
-
-#: Rows of the scan that are re-scored with their int8 codes: with the 48-d scan, recall@10
-#: against exact search is 0.996 on ~30k real MiniLM vectors and 0.992 on 1M vectors of the same
-#: spectrum (bench/query.py; 2,000 gave 0.995 / 0.987).
-#: A file this small is not scanned but re-scored whole, so its projection (fitted once the file
-#: has ``defaults.VEC_REWRITE_FLOOR`` ≤ this many rows) never matters before it is fitted.
-RESCORE = 4000
-#: Files with at least this many rows are scanned in two halves on two threads: below it the
-#: scan takes under a millisecond and a thread hand-off would cost more than it saves.
-SPLIT_ROWS = 100_000
 
 
 @dataclass(frozen=True)
@@ -223,17 +214,17 @@ class VectorIndex:
         return hits
 
     def _candidates(self, query: np.ndarray, source: str | None) -> np.ndarray:
-        """File rows worth re-scoring: live, of ``source``, the ``RESCORE`` best by the reduced scan."""
+        """File rows worth re-scoring: live, of ``source``, the ``d.VECTOR_RESCORE`` best by the reduced scan."""
         assert self.file is not None
         keep = self.alive[:self.rows].copy()
         if source is not None:
             code = self.sources.index(source) if source in self.sources else -1
             keep &= np.concatenate(self.file.column("sources", 0, self.rows) or [np.zeros(0, np.int32)]) == code
-        if int(keep.sum()) <= RESCORE:
+        if int(keep.sum()) <= d.VECTOR_RESCORE:
             return np.flatnonzero(keep)
         scores = self._scan(query @ self.file.projection)
         scores[~keep] = -np.inf
-        return _top(scores, RESCORE)
+        return _top(scores, d.VECTOR_RESCORE)
 
     def _scan(self, reduced_query: np.ndarray) -> np.ndarray:
         """``reduced @ query`` over the visible rows, segment by segment (two threads for big files).
@@ -249,7 +240,7 @@ class VectorIndex:
             for i in indices:
                 np.matmul(parts[i], reduced_query, out=scores[bounds[i]:bounds[i + 1]])
 
-        if self.rows < SPLIT_ROWS or len(parts) < 2 or not _SPLITTING.acquire(blocking=False):
+        if self.rows < d.VECTOR_SPLIT_ROWS or len(parts) < 2 or not _SPLITTING.acquire(blocking=False):
             run(range(len(parts)))  # small, or another search's half runs on the other core already
             return scores
         try:

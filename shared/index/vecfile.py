@@ -51,7 +51,7 @@ HEADER_BYTES = 4096
 #: Rows per segment: 64 Ki rows of MiniLM are 50 MiB; the file grows a segment at a time.
 SEGMENT_ROWS = 65_536
 #: The scan reads this share of the model's dimensions: 48 of 384, with the best 4,000
-#: (``RESCORE``) re-scored, reach recall@10 0.996 against exact search on ~30k real MiniLM
+#: (``VECTOR_RESCORE``) re-scored, reach recall@10 0.996 against exact search on ~30k real MiniLM
 #: vectors and 0.992 on 1M of their spectrum; 96 with 2,000 reached 0.996 / 0.995 at twice
 #: the scan's bytes (a contiguous 48-d gemv at 1M rows: 17 ms here, 96-d: 32 ms).
 #: Files written with another share keep it (the header holds their width).
