@@ -38,14 +38,28 @@ def forget_up(state: Path) -> None:
             path.unlink()
 
 
-def running_up(state: Path) -> tuple[bool, str | None]:
-    """(whether a ``memoryd up`` runs on ``state``, the config file it was started with)."""
+def _live_note(state: Path) -> dict | None:
+    """The note of the ``memoryd up`` running on ``state``; None when none runs."""
     try:
         found = json.loads((state / UP_CONFIG_FILE).read_text(encoding="utf-8"))
         os.kill(int(found["pid"]), 0)
     except PermissionError:
         pass  # alive, another user's
     except (OSError, ValueError, KeyError, TypeError):
-        return False, None  # none, or it died without removing its note
+        return None  # none, or it died without removing its note
+    return found
+
+
+def up_pid(state: Path) -> int | None:
+    """The pid of the ``memoryd up`` running on ``state``, if one runs."""
+    found = _live_note(state)
+    return int(found["pid"]) if found else None
+
+
+def running_up(state: Path) -> tuple[bool, str | None]:
+    """(whether a ``memoryd up`` runs on ``state``, the config file it was started with)."""
+    found = _live_note(state)
+    if found is None:
+        return False, None
     config = found.get("config")
     return True, config if isinstance(config, str) else None

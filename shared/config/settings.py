@@ -272,6 +272,7 @@ class LogSettings(_Model):
 class MemorydSettings(_Model):
     state_dir: str = d.STATE_DIR
     redis_url: str | None = None
+    local_redis_url: str = d.DEFAULT_REDIS_URL
     #: Prefix of this installation's queues and Redis keys; default: derived from the state dir.
     namespace: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,32}$")
     job_timeout_seconds: int = d.JOB_TIMEOUT_SECONDS
