@@ -304,6 +304,9 @@ INDEX_RUN_TTL_SECONDS = 24 * 3600
 #: How long a service started without a configured Redis waits for `memoryd redis` (the Procfile
 #: starts both at once) to note its Redis before it tries 127.0.0.1:6379.
 REDIS_NOTE_WAIT_SECONDS = 10.0
+#: How long `memoryd redis`, asked to stop, waits for the workers to leave before it stops its private
+#: Redis (they stop at the same signal): under honcho's 5 s before SIGKILL, and a warm stop takes < 1 s.
+REDIS_STOP_GRACE_SECONDS = 4.0
 #: How long `memoryd up` waits for its HTTP service to listen before it says it does not.
 UP_READY_SECONDS = 60.0
 #: A progress line every this many seconds when stderr is not a terminal (a log, a pipe).

@@ -109,9 +109,28 @@ def cmd_redis(args: argparse.Namespace, settings: Settings) -> int:
             if private.process.poll() is not None:
                 raise MemorydError(f"the private redis-server exited with {private.process.returncode}; see "
                                    f"{settings.state_dir / 'redis' / 'redis.log'}")
+        _outlive_workers(settings, private.url)
     finally:
         private.stop()
     return 0
+
+
+def _outlive_workers(settings: Settings, url: str) -> None:
+    """Asked to stop, as the services are by the same signal: wait (REDIS_STOP_GRACE_SECONDS at
+    most) until no worker is registered, so they stop with their Redis still there."""
+    from rq import Worker
+
+    bus = busmod.Bus(redis_server.connect(url), settings)
+    deadline = time.monotonic() + d.REDIS_STOP_GRACE_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            if not any(Worker.all(queue=queue) for queue in bus.queues.values()):
+                return
+        except redis.RedisError:
+            return
+        time.sleep(0.1)
+    print(f"memoryd redis: workers still registered after {d.REDIS_STOP_GRACE_SECONDS:.0f}s; stopping Redis anyway",
+          flush=True)
 
 
 def cmd_watcher(args: argparse.Namespace, settings: Settings) -> int:

@@ -184,7 +184,9 @@ def start_private_redis(state_dir: Path, who: str = "memoryd") -> PrivateRedis:
     process = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
          "--dir", str(workdir), "--logfile", str(workdir / "redis.log")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        # its own session: a Ctrl-C to the terminal's (or honcho's) process group must not stop it
+        # before the workers it serves; its owner stops it last (PrivateRedis.stop)
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     url = f"redis://127.0.0.1:{port}/0"
     deadline = time.monotonic() + 10
