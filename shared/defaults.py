@@ -152,6 +152,10 @@ RESERVE_TOKENS_FLOOR = 20_000
 SOFT_THRESHOLD_TOKENS = 4_000
 #: Recent turns kept verbatim after compaction, counted in tokens.
 KEEP_RECENT_TOKENS = 20_000
+#: Seconds a context request past the compaction threshold waits for the lagging flush and compaction
+#: (it runs them itself): two LLM calls of a loaded machine fit; an agent waiting longer would rather
+#: get the oversized context, said so, than none.
+CONTEXT_CATCH_UP_SECONDS = 30.0
 #: The flush turn's prompts, as OpenClaw words them (SPEC §6): NO_REPLY when there is nothing to keep.
 FLUSH_SYSTEM_PROMPT = "Session nearing compaction. Store durable memories now."
 FLUSH_PROMPT = "Write lasting notes to memory/YYYY-MM-DD.md; reply NO_REPLY if nothing to store."

@@ -152,6 +152,7 @@ class MemoryFlushSettings(_Model):
 class CompactionSettings(_Model):
     reserve_tokens_floor: int = Field(d.RESERVE_TOKENS_FLOOR, ge=0)
     keep_recent_tokens: int = Field(d.KEEP_RECENT_TOKENS, ge=0)
+    catch_up_seconds: float = Field(d.CONTEXT_CATCH_UP_SECONDS, gt=0)
     memory_flush: MemoryFlushSettings = MemoryFlushSettings()
 
 
