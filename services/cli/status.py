@@ -115,7 +115,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from memoryd.services.cli.render import config_choice, redis_choice, render_status
 
     bus = None if "error" in queues else busmod.Bus(redis_server.connect(redis_server.redis_url(settings)), settings)
-    data = {"agents": agents, "queues": queues, "state_dir": str(settings.state_dir),
+    data = {"agents": agents, "queues": queues, "state_dir": str(settings.state_dir), "namespace": settings.namespace,
             "config": config_choice(settings), "redis": redis_choice(settings), "running": running(settings, bus),
             "index_runs": _index_runs(settings) if "error" not in queues else []}
     if args.json:
