@@ -48,6 +48,11 @@ def _honcho(tmp_path: Path, **extra_env: str) -> tuple[str, Path]:
         (workspace / "memory" / "2026-04-01.md").write_text("- the procfile-zebra decision: ship on Friday\n")
         hits = wait_until(search, timeout=120, interval=0.5, what="the note to be indexed and found")
         assert hits[0]["path"] == "memory/2026-04-01.md"
+        status = json.loads(subprocess.run([str(BIN / "memoryd"), "status", "--json"], env=env, capture_output=True,
+                                           text=True, timeout=60, check=True).stdout)
+        assert "memoryd up" not in status["redis"]["why"] and "by memoryd redis (pid" in status["redis"]["why"]
+        assert status["running"]["upPid"] is None and status["running"]["server"].startswith("http://127.0.0.1:")
+        assert all(status["running"]["workers"][stage] for stage in ("chunk", "embed", "index", "session"))
     finally:
         os.killpg(honcho.pid, signal.SIGINT)
         try:

@@ -95,7 +95,7 @@ def cmd_redis(args: argparse.Namespace, settings: Settings) -> int:
         signal.signal(signum, lambda *_: stop.set())
     (url, why, step), private = redis_server.ensure_redis(settings, "memoryd redis")
     if private is None:
-        if step != "noted":
+        if step == "local":  # a configured one the services find where this process did
             redis_server.note(settings.state_dir, url, f"chosen by memoryd redis (pid {os.getpid()}): {why}")
         print(f"memoryd redis: using {redact(url)} ({why}); nothing to start", flush=True)
         try:

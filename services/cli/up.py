@@ -76,6 +76,7 @@ def supervise(settings: Settings, *, http: bool = True, host: str | None = None,
         if ensure_workspace(agent):
             print(f"memoryd: created a new workspace for agent {agent_id} at {agent.workspace} "
                   "(standard files, memory/, git init)", flush=True)
+    table = services(http, host, port)  # the query service gets --host/--port only when up was given them
     host, port = host or settings.memoryd.server.host, settings.memoryd.server.port if port is None else port
     api = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     if http and _port_busy(host, port):
@@ -83,7 +84,8 @@ def supervise(settings: Settings, *, http: bool = True, host: str | None = None,
                            "another with --port, memoryd.server.port or $MEMORYD_PORT, or run with --no-http")
     (url, why, step), private = redis_server.ensure_redis(settings, "memoryd up")
     note_up(settings.state_dir, settings.source_file)
-    if step in ("configured", "local"):  # noted, as a private one is: the services and every command find it
+    if step == "local":  # noted, as a private one is: the services and every command find it (a configured
+        # one they find in the same config and environment, and its URL may hold a password)
         redis_server.note(settings.state_dir, url, f"chosen by memoryd up (pid {os.getpid()}): {why}")
     print(f"memoryd: config {settings.source_file or 'none (defaults and environment)'}; state {settings.state_dir}; "
           f"Redis {redact(url)} ({why})", flush=True)
@@ -94,7 +96,7 @@ def supervise(settings: Settings, *, http: bool = True, host: str | None = None,
         print(f"memoryd: no Redis configured or running; started a private one at {redact(url)} ({private.binary})",
               flush=True)
     base = [sys.executable, "-m", "memoryd.services.cli"]
-    children = [Child(name, base + argv) for name, argv in services(http, host, port).items()]
+    children = [Child(name, base + argv) for name, argv in table.items()]
     stopping = False
     ready_at: float | None = time.monotonic() + d.UP_READY_SECONDS
 
