@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                        description="Choose this state dir's Redis by the rule `memoryd up` uses (configured; an "
                        "existing one on 127.0.0.1:6379; else a private redis-server, run in the foreground), note it "
                        "in <state>/redis/url for the services unless it is configured, and wait (the Procfile's "
-                       "`redis` line): with nothing to start it only waits, so `honcho start` keeps the other services.")
+                       "`redis` line): with nothing to start it only waits, so `honcho start` keeps the other "
+                       "services.")
     p.set_defaults(func=cmd_redis)
 
     p = sub.add_parser("watcher", parents=[common])

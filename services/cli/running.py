@@ -3,9 +3,10 @@
 ``memoryd up --config small.json`` writes ``<state>/redis/config`` (the config path and
 its pid) next to ``<state>/redis/url`` (the Redis it chose, shared/runtime/redis_server.py)
 and removes what it wrote when it stops; a second ``up`` of the state dir is refused
-(:func:`up_pid`). A later command given neither ``--config`` nor ``$MEMORYD_CONFIG`` uses that file (``services/cli/app.py``), so ``memoryd session show``
-reports the thresholds the services run with. Reads only JSON and the environment: the CLI
-calls it before it loads anything heavy.
+(:func:`up_pid`). A later command given neither ``--config`` nor ``$MEMORYD_CONFIG`` uses
+that file (``services/cli/app.py``), so ``memoryd session show`` reports the thresholds the
+services run with. Reads only JSON and the environment: the CLI calls it before it loads
+anything heavy.
 """
 
 from __future__ import annotations
