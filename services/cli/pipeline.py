@@ -105,32 +105,48 @@ def cmd_redis(args: argparse.Namespace, settings: Settings) -> int:
             redis_server.forget_note(settings.state_dir)
         return 0
     print(f"memoryd redis: private Redis at {private.url} ({private.binary}); ready", flush=True)
+    bus = busmod.Bus(redis_server.connect(private.url), settings)
+    served: set[int] = set()
     try:
         while not stop.wait(1.0):
             if private.process.poll() is not None:
                 raise MemorydError(f"the private redis-server exited with {private.process.returncode}; see "
                                    f"{settings.state_dir / 'redis' / 'redis.log'}")
-        _outlive_workers(settings, private.url)
+            served |= _worker_pids(bus)
+        _outlive_workers(bus, served)
     finally:
         private.stop()
     return 0
 
 
-def _outlive_workers(settings: Settings, url: str) -> None:
-    """Asked to stop, as the services are by the same signal: wait (REDIS_STOP_GRACE_SECONDS at
-    most) until no worker is registered, so they stop with their Redis still there."""
+def _worker_pids(bus: busmod.Bus) -> set[int]:
+    """The pids of this host's workers registered on the installation's queues."""
     from rq import Worker
 
-    bus = busmod.Bus(redis_server.connect(url), settings)
+    from memoryd.shared.runtime.worker import HOST
+
+    return {w.pid for queue in bus.queues.values() for w in Worker.all(queue=queue) if w.hostname == HOST and w.pid}
+
+
+def _outlive_workers(bus: busmod.Bus, served: set[int]) -> None:
+    """Asked to stop, as the services are by the same signal: wait (REDIS_STOP_GRACE_SECONDS at
+    most) until no worker is registered and the processes of this host's that it served have
+    ended (a worker deregisters before its last words), so they stop with their Redis there."""
+    from rq import Worker
+
+    from memoryd.shared.runtime.worker import pid_alive
+
     deadline = time.monotonic() + d.REDIS_STOP_GRACE_SECONDS
     while time.monotonic() < deadline:
         try:
-            if not any(Worker.all(queue=queue) for queue in bus.queues.values()):
+            served |= _worker_pids(bus)
+            served = {pid for pid in served if pid_alive(pid)}
+            if not served and not any(Worker.all(queue=queue) for queue in bus.queues.values()):
                 return
         except redis.RedisError:
             return
         time.sleep(0.1)
-    print(f"memoryd redis: workers still registered after {d.REDIS_STOP_GRACE_SECONDS:.0f}s; stopping Redis anyway",
+    print(f"memoryd redis: workers still running after {d.REDIS_STOP_GRACE_SECONDS:.0f}s; stopping Redis anyway",
           flush=True)
 
 
