@@ -154,6 +154,10 @@ RESERVE_TOKENS_FLOOR = 20_000
 SOFT_THRESHOLD_TOKENS = 4_000
 #: Recent turns kept verbatim after compaction, counted in tokens.
 KEEP_RECENT_TOKENS = 20_000
+#: Seconds a context request past the compaction threshold waits for the lagging flush and compaction
+#: (it runs them itself): two LLM calls of a loaded machine fit; an agent waiting longer would rather
+#: get the oversized context, said so, than none.
+CONTEXT_CATCH_UP_SECONDS = 30.0
 #: The flush turn's prompts, as OpenClaw words them (SPEC §6): NO_REPLY when there is nothing to keep.
 FLUSH_SYSTEM_PROMPT = "Session nearing compaction. Store durable memories now."
 FLUSH_PROMPT = "Write lasting notes to memory/YYYY-MM-DD.md; reply NO_REPLY if nothing to store."
@@ -309,6 +313,9 @@ RUN_COVER_RECHECK_SECONDS = 5.0
 #: How long a service started without a configured Redis waits for `memoryd redis` (the Procfile
 #: starts both at once) to note its Redis before it tries 127.0.0.1:6379.
 REDIS_NOTE_WAIT_SECONDS = 10.0
+#: How long `memoryd redis`, asked to stop, waits for the workers to leave before it stops its private
+#: Redis (they stop at the same signal): under honcho's 5 s before SIGKILL, and a warm stop takes < 1 s.
+REDIS_STOP_GRACE_SECONDS = 4.0
 #: How long `memoryd up` waits for its HTTP service to listen before it says it does not.
 UP_READY_SECONDS = 60.0
 #: A progress line every this many seconds when stderr is not a terminal (a log, a pipe).

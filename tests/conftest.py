@@ -24,6 +24,8 @@ from memoryd.shared.config.settings import Settings
 from memoryd.shared.runtime.redis_server import start_private_redis
 
 _db_numbers = itertools.cycle(range(1, 16))
+#: Where the tests' "local" Redis is: a port nothing listens on.
+CLOSED_REDIS_URL = "redis://127.0.0.1:1/0"
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +45,8 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("MEMORYD_STATE_DIR", str(tmp_path / "state"))
+    # The machine's own Redis on 127.0.0.1:6379 is never used by a test: nothing listens on port 1.
+    monkeypatch.setenv("MEMORYD_LOCAL_REDIS_URL", CLOSED_REDIS_URL)
     for name in ("MEMORYD_CONFIG", "REDIS_URL", "MEMORYD_REDIS_URL", "OPENAI_API_KEY",
                  "MEMORYD_PROVIDER", "MEMORYD_LLM_BASE_URL"):
         monkeypatch.delenv(name, raising=False)

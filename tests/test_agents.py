@@ -20,6 +20,8 @@ from memoryd.shared.config.tokens import Tokens
 from memoryd.shared.events import FileDeleted
 from memoryd.shared.exceptions import ConfigError, UnknownAgent
 from memoryd.shared.log.eventlog import log_dir
+from memoryd.shared.rebuild.replay import as_of_index
+from memoryd.shared.rebuild.sidebyside import swap_lock
 from memoryd.shared.runtime.bus import Bus
 from memoryd.shared.runtime.roster import add_agent, register_agent, remove_agent
 from memoryd.shared.runtime.worker import WorkerContext
@@ -55,11 +57,16 @@ def test_add_list_token_remove(tmp_path: Path, redis_url: str) -> None:
     bus = Bus(conn, settings)
     bus.log([FileDeleted(agent="c", path="memory/gone.md", seq=bus.next_seq("c"))])
     assert settings.index_path("c").exists() and log_dir(settings, "c").is_dir()
+    with swap_lock(settings, "c").held(exclusive=False):  # what the indexer leaves: the lock file
+        pass
+    snapshot = as_of_index(settings, "c", str(bus.next_seq("c")))  # what an asOf search leaves
+    assert snapshot.exists() and swap_lock(settings, "c").path.exists()
 
     removed = json.loads(memoryd(config, "agents", "remove", "c", "--json").stdout)
     assert str(settings.index_path("c")) in removed["removed"] and removed["kept"] == str(tmp_path / "c")
     assert not settings.index_path("c").exists() and not log_dir(settings, "c").exists()
     assert not list(settings.index_path("c").parent.glob("c.*"))  # nor the files beside the index
+    assert not snapshot.parent.exists()  # nor its as-of snapshots
     assert (tmp_path / "c" / "memory" / "2026-01-02.md").read_text() == "c's note\n"  # Markdown stays
     assert Tokens(settings.state_dir).verify(issued) is None
     assert not conn.exists(Bus(conn, settings).key("seq", "c"))

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from memoryd.shared.config.bootstrap import STANDARD_FILES, ensure_workspace
-from memoryd.shared.defaults import DEFAULT_REDIS_URL
 from memoryd.shared.runtime.redis_server import answers, redis_url, start_private_redis
 
 
@@ -42,4 +41,4 @@ def test_the_private_redis_of_memoryd_up_is_found_by_other_commands(make_setting
         assert redis_url(settings) == private.url
     finally:
         private.stop()
-    assert redis_url(settings) == DEFAULT_REDIS_URL  # gone with it: the note is removed
+    assert redis_url(settings) == settings.memoryd.local_redis_url  # gone with it: the note is removed

@@ -93,3 +93,25 @@ def test_procfile_has_one_line_per_service_of_memoryd_up_and_a_redis_line() -> N
     lines = dict(line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines() if line.strip())
     assert lines.pop("redis") == "memoryd redis"  # what `memoryd up` starts itself when no Redis is configured
     assert {name: f"memoryd {' '.join(argv)}" for name, argv in services(http=True).items()} == lines
+
+
+def test_the_readme_lists_every_http_route(make_settings, workspace: Path) -> None:
+    from memoryd.services.query.http import create_app
+    from memoryd.services.session import promote_api
+    from memoryd.services.session.api import build_router
+
+    settings, _ = make_settings(workspace)
+    app = create_app(settings, routers=[build_router(settings), promote_api.build_router(settings)])  # as serve does
+    routes = {f"{method.upper()} {path}" for path, methods in app.openapi()["paths"].items() for method in methods}
+    listed = set(re.findall(r"^\| `((?:GET|POST|PUT|DELETE) /[^`]*)` \|", README, re.M))
+    assert routes and listed == routes
+
+
+def test_the_readme_says_how_to_upgrade_stop_and_remove_everything() -> None:
+    from memoryd.shared.runtime.bus import queue_name
+
+    section = README.split("## Upgrade, stop, remove", 1)[1].split("\n## ", 1)[0]
+    assert "pip install -q -e ." in section and "Ctrl-C" in section and "rm -rf ~/.memoryd" in section
+    assert "memoryd:<namespace>:*" in section and f"rq:queue:{queue_name('<namespace>', '*')}" in section
+    redis = README.split("## Your own Redis, an OpenAI-compatible key", 1)[1].split("\n## ", 1)[0]
+    assert "REDIS_URL=" in redis and "OPENAI_API_KEY=" in redis and "openai-compatible" in redis

@@ -96,7 +96,8 @@ def test_up_prints_where_it_listens_and_other_commands_use_its_config(
         status = json.loads(_run("status", "--json", env=env).stdout)  # no --config, no $MEMORYD_CONFIG
         assert status["config"] == {"file": str(config.resolve()), "why": "the config of the running memoryd up"}
 
-        busy = _run("serve", "--config", str(config), env=env, check=False)  # up's query service has the port
+        # up's query service has the port (a second server must be asked for: --another)
+        busy = _run("serve", "--another", "--config", str(config), env=env, check=False)
         assert busy.returncode == 1 and f"cannot listen on 127.0.0.1:{port}: Address already in use" in busy.stderr
         assert "Traceback" not in busy.stderr and "Errno" not in busy.stderr
     finally:

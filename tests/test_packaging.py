@@ -47,3 +47,13 @@ def test_the_cli_runs_from_a_folder_with_its_own_services_and_shared(hostile_dir
     if argv[-1] == "--help":
         assert out.returncode == 0, out.stderr
         assert "memoryd" in out.stdout
+
+
+def test_memoryd_version_is_the_package_version_and_changes_describes_it() -> None:
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert version == "0.2.0"
+    out = subprocess.run([str(BIN / "memoryd"), "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == f"memoryd {version}"
+    assert f"\n## {version}" in (ROOT / "CHANGES.md").read_text()

@@ -89,11 +89,14 @@ def test_streamable_http_round_trip(settings: Settings, tmp_path: Path) -> None:
         env=server_env(settings), cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT,
     )
     try:
-        def listening() -> bool:
+        def ready() -> bool:
             assert server.poll() is None, (tmp_path / "mcp-http.log").read_text()
-            return port_open(port)
+            return "; ready" in (tmp_path / "mcp-http.log").read_text()
 
-        wait_until(listening, timeout=30, what="the MCP HTTP server listening")
+        wait_until(ready, timeout=30, what="the MCP HTTP server saying it is ready")
+        said = (tmp_path / "mcp-http.log").read_text()
+        assert f"MCP (streamable HTTP) for agent main at http://127.0.0.1:{port}/mcp; ready" in said
+        assert port_open(port)
 
         async def main() -> None:
             async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=60) as client:

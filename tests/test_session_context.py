@@ -116,7 +116,9 @@ def test_mode_off_never_prunes() -> None:
 
 def test_pruning_leaves_the_jsonl_byte_identical(workspace: Path, make_settings, redis_url: str) -> None:
     settings, _ = make_settings(workspace, redis=redis_url,
-                                extra={"agents": {"defaults": {"contextWindow": 12_000}}})
+                                # below the compaction threshold: a context request past it compacts first
+                                extra={"agents": {"defaults": {"contextWindow": 12_000,
+                                                               "compaction": {"reserveTokensFloor": 0}}}})
     clock = Clock(NOW)
     s = sessions(settings, redis_url, clock)
     s.append("main", "tools", NewMessage(role="user", content="build it"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -53,3 +54,89 @@ def _ok(url: str) -> bool:
         return httpx.get(url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _memoryd(config: Path, *args: str, env: dict[str, str] | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memoryd.services.cli", "--config", str(config), *args],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_up_uses_an_existing_redis_notes_it_and_every_reason_is_true(workspace: Path, make_settings, redis_url: str,
+                                                                     tmp_path: Path) -> None:
+    """Items 1, 2, 6 of issue 22: no Redis configured and one answering at the local address
+    (here the tests' server, as memoryd.localRedisUrl): `up` uses it, notes it in <state>/redis/url,
+    and the workers and `status` say why truthfully; `status` lists the live workers and the
+    server, and says plainly when nothing runs; `up --port` is the server's port."""
+    port = free_port()
+    settings, config = make_settings(workspace)  # no redisUrl
+    env = dict(os.environ, MEMORYD_LOCAL_REDIS_URL=redis_url)
+    log = open(tmp_path / "up.log", "wb")  # noqa: SIM115 - closed below
+    up = subprocess.Popen([sys.executable, "-m", "memoryd.services.cli", "--config", str(config), "up",
+                           "--host", "127.0.0.1", "--port", str(port)],
+                          stdout=log, stderr=subprocess.STDOUT, env=env)
+    noted = settings.state_dir / "redis" / "url"
+    try:
+        wait_until(lambda: _ok(f"http://127.0.0.1:{port}/healthz"), timeout=90, what="up's HTTP service")
+        assert noted.read_text().splitlines()[0] == redis_url
+        status = json.loads(_memoryd(config, "status", "--json", env=env).stdout)
+        assert status["redis"]["url"] == redis_url and "chosen by memoryd up" in status["redis"]["why"]
+        assert "existing Redis answering" in status["redis"]["why"]
+        assert status["running"]["server"] == f"http://127.0.0.1:{port}" and not status["running"]["nothing"]
+        assert status["running"]["upPid"] == up.pid
+
+        def workers() -> dict | None:
+            found = json.loads(_memoryd(config, "status", "--json", env=env).stdout)["running"]["workers"]
+            return found if all(found[stage] for stage in ("chunk", "embed", "index", "session")) else None
+
+        found = wait_until(workers, timeout=60, interval=0.5, what="a live worker on every stage")
+        pids = {c.pid for c in psutil.Process(up.pid).children()}
+        assert {w["pid"] for stage in found.values() for w in stage} <= pids
+        human = _memoryd(config, "status", env=env).stdout
+        assert f"server  http://127.0.0.1:{port}" in human and "worker  chunk" in human
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=30) == 0
+    finally:
+        if up.poll() is None:
+            up.kill()
+        log.close()
+    text = (tmp_path / "up.log").read_text(errors="replace")
+    assert "memoryd worker chunk: Redis " in text and "(configured)" not in text and "noted in" in text
+    assert not noted.exists()  # up removed the note it wrote
+    stopped = json.loads(_memoryd(config, "status", "--json", env=env).stdout)["running"]
+    assert stopped["nothing"] and stopped["server"] is None and not any(stopped["workers"].values())
+    assert "running nothing" in _memoryd(config, "status", env=env).stdout
+
+
+def test_a_second_up_or_serve_on_one_state_dir_is_refused_and_removes_nothing(
+        workspace: Path, make_settings, redis_url: str, tmp_path: Path) -> None:
+    """Item 3 of issue 22: beside a running `up`, a second `up` and a `memoryd serve` are refused
+    with the pid and the fix, and `<state>/serve.json` and `<state>/redis/config` stay the first's;
+    `serve --another` runs beside it without taking its note."""
+    port = free_port()
+    settings, config = make_settings(workspace, redis=redis_url, extra={"memoryd": {"server": {"port": port}}})
+    log = open(tmp_path / "up.log", "wb")  # noqa: SIM115 - closed below
+    up = subprocess.Popen([sys.executable, "-m", "memoryd.services.cli", "--config", str(config), "up"],
+                          stdout=log, stderr=subprocess.STDOUT)
+    state = settings.state_dir
+    try:
+        wait_until(lambda: _ok(f"http://127.0.0.1:{port}/healthz"), timeout=90, what="up's HTTP service")
+        before = (state / "serve.json").read_text(), (state / "redis" / "config").read_text()
+        second = _memoryd(config, "up", "--port", str(free_port()))
+        assert second.returncode == 1 and f"a memoryd up (pid {up.pid}) already runs" in second.stderr
+        other = free_port()
+        serve = _memoryd(config, "serve", "--port", str(other))
+        assert serve.returncode == 1 and "already serves the state dir" in serve.stderr and "--another" in serve.stderr
+        beside = subprocess.Popen([sys.executable, "-m", "memoryd.services.cli", "--config", str(config), "serve",
+                                   "--port", str(other), "--another"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert "ready" in beside.stdout.readline()
+            assert _ok(f"http://127.0.0.1:{other}/healthz")
+        finally:
+            beside.send_signal(signal.SIGTERM)
+            beside.wait(timeout=30)
+        assert ((state / "serve.json").read_text(), (state / "redis" / "config").read_text()) == before
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(timeout=30)
+        log.close()

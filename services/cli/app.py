@@ -70,6 +70,20 @@ class _Parser(argparse.ArgumentParser):
         return super()._get_formatter()
 
 
+class _Version(argparse.Action):
+    """``memoryd --version``: the installed package's version, looked up only when asked for
+    (``importlib.metadata`` costs more to import than a `memoryd search` answered by a server)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print memoryd's version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from importlib.metadata import version
+
+        print(f"memoryd {version('memoryd')}")
+        parser.exit()
+
+
 class _Commands(argparse._SubParsersAction):
     """The top-level commands take their help line from COMMANDS, the one place it is written."""
 
@@ -92,6 +106,7 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
         prog="memoryd", parents=[common],
         description="Agent memory in Markdown, indexed by a pipeline of workers, searched by agents.",
     )
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", action=_Commands)
     if command is None:
         for name in COMMANDS:

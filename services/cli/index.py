@@ -233,7 +233,8 @@ def follow(bus: busmod.Bus, run: str, total: int, progress: IndexProgress, *, em
 def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     workspace = _checked_workspace(args)
     started = time.monotonic()
-    url, private = redis_server.ensure_redis(settings)
+    chosen, private = redis_server.ensure_redis(settings, "memoryd index")
+    url = chosen.url
     try:
         conn = redis_server.connect(url)
         bus = busmod.Bus(conn, settings)

@@ -25,14 +25,31 @@ def _same_file(a: str | None, b: str | None) -> bool:
     return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
-def running_server(state: Path, config: str | None) -> str | None:
-    """The URL of a live ``memoryd serve`` of this state dir started with the same config file."""
+def _live(state: Path) -> dict | None:
     try:
         found = json.loads((state / SERVER_FILE).read_text(encoding="utf-8"))
         os.kill(int(found["pid"]), 0)
     except (OSError, ValueError, KeyError, TypeError):
         return None  # none, or it died without removing its file
-    return found["url"] if _same_file(found.get("config"), config) else None
+    return found
+
+
+def running_server(state: Path, config: str | None) -> str | None:
+    """The URL of a live ``memoryd serve`` of this state dir started with the same config file."""
+    found = _live(state)
+    return found["url"] if found and _same_file(found.get("config"), config) else None
+
+
+def server_pid(state: Path) -> int | None:
+    """The pid of the live ``memoryd serve`` announced in this state dir, if any."""
+    found = _live(state)
+    return int(found["pid"]) if found else None
+
+
+def server_url(state: Path) -> str | None:
+    """The URL of the live ``memoryd serve`` announced in this state dir, whatever its config."""
+    found = _live(state)
+    return found["url"] if found else None
 
 
 def announce(state: Path, url: str, config: str | None) -> Path:

@@ -12,7 +12,7 @@ import json
 import re
 
 #: Fields whose value is a map keyed by data, not by field names: its keys are printed as they are.
-KEYED_BY_DATA = frozenset({"agents", "watcher_last_reconcile", "provider_errors", "events_by_type"})
+KEYED_BY_DATA = frozenset({"agents", "watcher_last_reconcile", "provider_errors", "events_by_type", "workers"})
 _SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -25,13 +26,16 @@ from memoryd.shared.runtime.worker import run_worker, set_context
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("up", parents=[common])
     p.add_argument("--no-http", action="store_true", help="do not start the HTTP query service")
+    p.add_argument("--host", help="interface of the HTTP query service (default memoryd.server.host, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port of the HTTP query service (default memoryd.server.port, 8765)")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("redis", parents=[common],
-                       description="Run a private Redis for this state dir in the foreground, noted in "
-                       "<state>/redis/url so the services started without a configured Redis use it (the "
-                       "Procfile's `redis` line). With a Redis configured it notes that one instead and only waits, "
-                       "so `honcho start` keeps the other services.")
+                       description="Choose this state dir's Redis by the rule `memoryd up` uses (configured; an "
+                       "existing one on 127.0.0.1:6379; else a private redis-server, run in the foreground), note it "
+                       "in <state>/redis/url for the services unless it is configured, and wait (the Procfile's "
+                       "`redis` line): with nothing to start it only waits, so `honcho start` keeps the other "
+                       "services.")
     p.set_defaults(func=cmd_redis)
 
     p = sub.add_parser("watcher", parents=[common])
@@ -64,7 +68,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from memoryd.services.cli.up import supervise
 
-    return supervise(settings, http=not args.no_http)
+    return supervise(settings, http=not args.no_http, host=args.host, port=args.port)
 
 
 def _log_jobs() -> None:
@@ -76,49 +80,74 @@ def service_redis(settings: Settings, who: str) -> redis.Redis:
     """The Redis of a long-running service, said on stderr: the configured one; else the one noted
     in the state dir (by `memoryd up` or `memoryd redis`, waited for REDIS_NOTE_WAIT_SECONDS: the
     Procfile starts them together); else one answering on 127.0.0.1:6379."""
-    if settings.memoryd.redis_url:
-        url, why = settings.memoryd.redis_url, "configured"
-    else:
-        noted = settings.state_dir / redis_server.PRIVATE_URL_FILE
-        deadline = time.monotonic() + d.REDIS_NOTE_WAIT_SECONDS
-        url, why = d.DEFAULT_REDIS_URL, f"none configured and none noted in {noted}: the default"
-        while time.monotonic() < deadline:
-            found = noted.read_text(encoding="utf-8").strip() if noted.exists() else ""
-            if found and redis_server.answers(found):
-                url, why = found, f"noted in {noted}"
-                break
-            time.sleep(0.1)
+    url, why, step = redis_server.choose(settings)
+    deadline = time.monotonic() + d.REDIS_NOTE_WAIT_SECONDS
+    while step not in ("configured", "noted") and time.monotonic() < deadline:
+        time.sleep(0.1)
+        url, why, step = redis_server.choose(settings)
     conn = redis_server.connect(url)
     print(f"memoryd {who}: Redis {redact(url)} ({why})", file=sys.stderr, flush=True)
     return conn
 
 
 def cmd_redis(args: argparse.Namespace, settings: Settings) -> int:
-    noted = settings.state_dir / redis_server.PRIVATE_URL_FILE
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    existing = settings.memoryd.redis_url
-    if existing:
-        redis_server.connect(existing)
-        noted.parent.mkdir(parents=True, exist_ok=True)
-        noted.write_text(existing, encoding="utf-8")
-        print(f"memoryd redis: using the configured {redact(existing)}; nothing to start", flush=True)
+    (url, why, step), private = redis_server.ensure_redis(settings, "memoryd redis")
+    if private is None:
+        if step == "local":  # a configured one the services find where this process did
+            redis_server.note(settings.state_dir, url, f"chosen by memoryd redis (pid {os.getpid()}): {why}")
+        print(f"memoryd redis: using {redact(url)} ({why}); nothing to start", flush=True)
         try:
             stop.wait()
         finally:
-            noted.unlink(missing_ok=True)
+            redis_server.forget_note(settings.state_dir)
         return 0
-    private = redis_server.start_private_redis(settings.state_dir)
     print(f"memoryd redis: private Redis at {private.url} ({private.binary}); ready", flush=True)
+    bus = busmod.Bus(redis_server.connect(private.url), settings)
+    served: set[int] = set()
     try:
         while not stop.wait(1.0):
             if private.process.poll() is not None:
                 raise MemorydError(f"the private redis-server exited with {private.process.returncode}; see "
                                    f"{settings.state_dir / 'redis' / 'redis.log'}")
+            served |= _worker_pids(bus)
+        _outlive_workers(bus, served)
     finally:
         private.stop()
     return 0
+
+
+def _worker_pids(bus: busmod.Bus) -> set[int]:
+    """The pids of this host's workers registered on the installation's queues."""
+    from rq import Worker
+
+    from memoryd.shared.runtime.worker import HOST
+
+    return {w.pid for queue in bus.queues.values() for w in Worker.all(queue=queue) if w.hostname == HOST and w.pid}
+
+
+def _outlive_workers(bus: busmod.Bus, served: set[int]) -> None:
+    """Asked to stop, as the services are by the same signal: wait (REDIS_STOP_GRACE_SECONDS at
+    most) until no worker is registered and the processes of this host's that it served have
+    ended (a worker deregisters before its last words), so they stop with their Redis there."""
+    from rq import Worker
+
+    from memoryd.shared.runtime.worker import pid_alive
+
+    deadline = time.monotonic() + d.REDIS_STOP_GRACE_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            served |= _worker_pids(bus)
+            served = {pid for pid in served if pid_alive(pid)}
+            if not served and not any(Worker.all(queue=queue) for queue in bus.queues.values()):
+                return
+        except redis.RedisError:
+            return
+        time.sleep(0.1)
+    print(f"memoryd redis: workers still running after {d.REDIS_STOP_GRACE_SECONDS:.0f}s; stopping Redis anyway",
+          flush=True)
 
 
 def cmd_watcher(args: argparse.Namespace, settings: Settings) -> int:

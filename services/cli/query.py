@@ -64,6 +64,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--port", type=int, help="port (default memoryd.server.port, 8765)")
     p.add_argument("--insecure", action="store_true",
                    help="beyond loopback, serve without requiring bearer tokens (anyone who reaches it reads memory)")
+    p.add_argument("--another", action="store_true",
+                   help="serve although a memoryd serve (or up) already serves this state dir; this one is not "
+                        "noted in <state>/serve.json, so the CLI keeps asking the first")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("mcp", parents=[common])
@@ -164,7 +167,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     required = _tokens_required(settings, host, args.insecure)
     app = create_app(settings, routers=[build_router(settings), promote_api.build_router(settings)],
                      require_token=required)
-    remote.serve(app, host, server.port if args.port is None else args.port, settings)
+    remote.serve(app, host, server.port if args.port is None else args.port, settings, announce=not args.another)
     return 0
 
 
@@ -190,14 +193,13 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     mcp = build_server(settings, args.agent, _service(settings))
     promote_api.add_tools(mcp, settings, args.agent, promote_api.lazy_bus(settings, None), ToolError)
     if args.http:
-        import uvicorn
-
         from memoryd.services.query.mcp import http_app
 
         server = settings.memoryd.server
         host = args.host or server.host
         app = http_app(mcp, settings, args.agent, host=host,
                        require_token=_tokens_required(settings, host, args.insecure))
-        uvicorn.run(app, host=host, port=args.port or server.port + 1, log_level="warning")
+        remote.serve(app, host, server.port + 1 if args.port is None else args.port, settings, announce=False,
+                     what=f"MCP (streamable HTTP) for agent {args.agent}", path="/mcp")
         return 0
     return run_stdio(mcp)

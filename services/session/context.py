@@ -11,6 +11,10 @@ Pruning only changes the copy that is sent; the JSONL on disk is never touched.
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +24,8 @@ from memoryd.services.session.transcript import Message, Segment
 from memoryd.shared.config.settings import AgentConfig, ContextPruningSettings
 from memoryd.shared.config.workspace import ROOT_FILES
 from memoryd.shared.index.chunking import count_tokens
+
+log = logging.getLogger("memoryd.session")
 
 #: Injected in this order (OpenClaw's bootstrap set); MEMORY.md only in the main session.
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "IDENTITY.md")
@@ -145,6 +151,8 @@ class Context:
     pruning: PruneResult
     bootstrap: list[BootstrapFile] = field(default_factory=list)
     summary: str | None = None
+    #: Set when the session was past the compaction threshold as it was asked for: what catching up did.
+    catch_up: dict[str, Any] | None = None
 
 
 def wire(message: Message) -> dict[str, Any]:
@@ -185,3 +193,34 @@ def assemble(seg: Segment, bootstrap: list[BootstrapFile], agent: AgentConfig, n
     return Context(messages=messages, tokens=fixed + sum(m.tokens for m in pruned.messages),
                    session_tokens=unpruned, bootstrap=bootstrap,
                    summary=last.summary if last else None, pruning=pruned)
+
+
+def catch_up_compaction(compact: Callable[[], object], deadline: float, who: str) -> dict[str, Any]:
+    """Run ``compact`` (the pending flush and compaction of session ``who``) on a thread and wait
+    ``deadline`` seconds at most; → what it did, with a message when the context stays too big.
+    The session worker's job, if it runs too, finds the work done: both re-check under the
+    transcript's lock. Past the deadline the thread goes on and finishes the work."""
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            compact()
+        except Exception as exc:  # reported to the caller below, and logged
+            log.exception("catching up the compaction of %s failed", who)
+            outcome["error"] = f"{exc.__class__.__name__}: {exc}"
+
+    started = time.monotonic()
+    thread = threading.Thread(target=work, daemon=True, name=f"catch-up {who}")
+    thread.start()
+    thread.join(deadline)
+    waited = round(time.monotonic() - started, 3)
+    if thread.is_alive():
+        return {"compacted": False, "waitedSeconds": waited, "deadlinePassed": True,
+                "message": f"session {who} is past its compaction threshold and the flush and compaction did not "
+                           f"finish within compaction.catchUpSeconds ({deadline:g}s): this context exceeds the "
+                           "threshold; they go on, ask again shortly"}
+    if "error" in outcome:
+        return {"compacted": False, "waitedSeconds": waited, "deadlinePassed": False,
+                "message": f"the lagging compaction of session {who} failed ({outcome['error']}): this context "
+                           "exceeds the compaction threshold"}
+    return {"compacted": True, "waitedSeconds": waited, "deadlinePassed": False, "message": None}

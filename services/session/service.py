@@ -27,7 +27,13 @@ from typing import Any, Literal
 import redis
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from memoryd.services.session.context import Context, assemble, read_bootstrap, session_tokens
+from memoryd.services.session.context import (
+    Context,
+    assemble,
+    catch_up_compaction,
+    read_bootstrap,
+    session_tokens,
+)
 from memoryd.services.session.heartbeat import Heartbeat
 from memoryd.services.session.llm import NO_REPLY, Extractive, Llm, make_llm
 from memoryd.services.session.memfiles import DailyWrite, daily_path, save_note, slugify, write_daily
@@ -170,9 +176,19 @@ class Sessions:
 
     # --- reading ----------------------------------------------------------------------------
     def context(self, agent_id: str, session: str) -> Context:
+        """What is sent to the model. Past the compaction threshold (the worker's flush and compaction
+        lag behind the appends) it does them first, waiting compaction.catchUpSeconds at most: the
+        context never exceeds the window for want of a compaction, or says why it does."""
         agent, transcript = self._open(agent_id, session)
+        bootstrap = read_bootstrap(agent.workspace, session)
         seg = segment(transcript.read())
-        ctx = assemble(seg, read_bootstrap(agent.workspace, session), agent, self.clock())
+        catch_up = None
+        if session_tokens(seg, bootstrap) >= Thresholds.of(agent).compact:
+            catch_up = catch_up_compaction(lambda: self.compact(agent_id, session, manual=False),
+                                           agent.compaction.catch_up_seconds, f"{agent_id}/{session}")
+            seg = segment(transcript.read())
+        ctx = assemble(seg, bootstrap, agent, self.clock())
+        ctx.catch_up = catch_up
         if ctx.pruning.changed:
             self.bus.log([Pruned(agent=agent_id, session=session, tokens=ctx.tokens,
                                  soft_trimmed=ctx.pruning.soft_trimmed, hard_cleared=ctx.pruning.hard_cleared)])
@@ -394,4 +410,5 @@ def context_json(ctx: Context) -> dict[str, Any]:
         "bootstrap": [{"name": f.name, "chars": f.chars, "truncated": f.truncated} for f in ctx.bootstrap],
         "pruning": {"softTrimmed": ctx.pruning.soft_trimmed, "hardCleared": ctx.pruning.hard_cleared,
                     "reason": ctx.pruning.reason},
+        "catchUp": ctx.catch_up,
     }

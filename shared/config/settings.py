@@ -152,6 +152,7 @@ class MemoryFlushSettings(_Model):
 class CompactionSettings(_Model):
     reserve_tokens_floor: int = Field(d.RESERVE_TOKENS_FLOOR, ge=0)
     keep_recent_tokens: int = Field(d.KEEP_RECENT_TOKENS, ge=0)
+    catch_up_seconds: float = Field(d.CONTEXT_CATCH_UP_SECONDS, gt=0)
     memory_flush: MemoryFlushSettings = MemoryFlushSettings()
 
 
@@ -272,6 +273,7 @@ class LogSettings(_Model):
 class MemorydSettings(_Model):
     state_dir: str = d.STATE_DIR
     redis_url: str | None = None
+    local_redis_url: str = d.DEFAULT_REDIS_URL
     #: Prefix of this installation's queues and Redis keys; default: derived from the state dir.
     namespace: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,32}$")
     job_timeout_seconds: int = d.JOB_TIMEOUT_SECONDS

