@@ -44,7 +44,7 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("MEMORYD_STATE_DIR", str(tmp_path / "state"))
     for name in ("MEMORYD_CONFIG", "REDIS_URL", "MEMORYD_REDIS_URL", "OPENAI_API_KEY",
-                 "MEMORYD_PROVIDER", "MEMORYD_LLM_BASE_URL"):
+                 "MEMORYD_PROVIDER", "MEMORYD_LLM_BASE_URL", "MEMORYD_NODE"):
         monkeypatch.delenv(name, raising=False)
     return home
 

@@ -24,6 +24,7 @@ from memoryd.shared import defaults as d
 OVERRIDES: dict[str, tuple[str, ...]] = {
     "MEMORYD_STATE_DIR": ("memoryd", "stateDir"),
     "MEMORYD_REDIS_URL": ("memoryd", "redisUrl"),
+    "MEMORYD_NODE": ("memoryd", "node"),
     "MEMORYD_PROVIDER": ("agents", "defaults", "memorySearch", "provider"),
     "MEMORYD_MODEL": ("agents", "defaults", "memorySearch", "model"),
     "MEMORYD_EMBED_BASE_URL": ("agents", "defaults", "memorySearch", "remote", "baseUrl"),
