@@ -111,3 +111,26 @@ def test_a_killed_workers_job_and_retry_lock_are_taken_back_by_another_node(setu
                what=f"node-b running node-a's job and holding its retry lock\n{workers.text()}")
     assert time.monotonic() - killed < TAKEN_BACK_SECONDS
     assert _names(bus, "node-a") == []  # the dead worker's death is recorded
+
+
+def test_health_answers_for_this_machines_worker_of_a_stage(setup: tuple[Settings, Workers]) -> None:
+    settings, workers = setup
+    bus = Bus(redis.Redis.from_url(workers.redis_url), settings)
+
+    def health(*args: str) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, REDIS_URL=workers.redis_url, MEMORYD_CONFIG=str(workers.config))
+        return subprocess.run([sys.executable, "-m", "memoryd.services.cli", "health", "--json", *args],
+                              env=env, capture_output=True, text=True, timeout=60)
+
+    assert health().returncode == 0  # Redis answers
+    assert health("--stage", "index").returncode == 1  # no worker yet
+    proc = workers.start("box")
+    wait_until(lambda: _names(bus, "box"), timeout=30, what="the index worker registered")
+    answer = health("--stage", "index")
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    assert _names(bus, "box")[0] in answer.stdout
+    assert health("--stage", "embed").returncode == 1
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    wait_until(lambda: health("--stage", "index").returncode == 1, timeout=d.ALIVE_TTL_SECONDS + 10, interval=0.5,
+               what="health failing once the killed worker's heartbeat expired")

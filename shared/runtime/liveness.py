@@ -12,12 +12,19 @@ finds a worker, or a retry-scheduler lock, whose identity has no such key takes 
 and lock back (``shared/runtime/worker.requeue_orphans``): seconds after a ``kill -9``,
 on any host. Right after a Redis restart that lost the keys nobody is judged until the
 keys had time to come back (:func:`alive`).
+
+``memoryd health --stage S`` (a container's healthcheck) asks whether *this* machine or
+container runs a live worker of S: each worker notes its name in a file of the local temp
+dir (:func:`note_local`; a container's own), and the health check looks up those names'
+heartbeat keys (:func:`local_alive`).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import tempfile
+from pathlib import Path
 
 import redis
 
@@ -81,3 +88,23 @@ class Heartbeat:
         """A clean exit: the process is gone at once (its workers said goodbye to RQ too)."""
         self.conn.delete(self.key)
 
+
+
+def _local_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"memoryd-{os.getuid()}"
+
+
+def note_local(stage: str, name: str) -> Path:
+    """Note worker ``name`` of ``stage`` for this machine's health check; → the file (removed at a clean exit)."""
+    folder = _local_dir()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    path = folder / f"worker-{stage}.{os.getpid()}"  # pid 1 again after a container restart: the same file
+    path.write_text(name, encoding="utf-8")
+    return path
+
+
+def local_alive(conn: redis.Redis, stage: str) -> list[str]:
+    """The workers of ``stage`` noted on this machine whose process's heartbeat is in Redis."""
+    folder = _local_dir()
+    names = [p.read_text(encoding="utf-8").strip() for p in sorted(folder.glob(f"worker-{stage}.*"))]
+    return [n for n in names if (ident := identity_of(n)) is not None and conn.exists(alive_key(ident))]

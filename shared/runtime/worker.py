@@ -46,7 +46,7 @@ from memoryd.shared.config.settings import Settings
 from memoryd.shared.exceptions import ConfigError
 from memoryd.shared.redact import redact
 from memoryd.shared.runtime.bus import JOBS, Bus
-from memoryd.shared.runtime.liveness import Heartbeat, alive, worker_name
+from memoryd.shared.runtime.liveness import Heartbeat, alive, note_local, worker_name
 from memoryd.shared.runtime.redis_server import wait_for_redis
 from memoryd.shared.runtime.retries import RetryScheduler, note_error, release_lock_of, scheduler_lock_holder
 
@@ -304,6 +304,7 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
     heartbeat = Heartbeat(conn, settings.node)
     heartbeat.beat()  # before the worker is born: no sweep may find it without a heartbeat
     name = worker_name(stage, settings.node)
+    noted = note_local(stage, name)
     retries = RetryScheduler(queues, name)
     duties = [Periodic("heartbeat", d.ALIVE_BEAT_SECONDS, heartbeat.beat, errors=(redis.RedisError,)),
               Periodic("orphan-sweeper", d.ORPHAN_SWEEP_SECONDS, lambda: [requeue_orphans(q) for q in queues],
@@ -330,6 +331,7 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
             if stopping.wait(d.REDIS_BACKOFF_SECONDS) or not wait_for_redis(conn, stopping, who=name):
                 return
     finally:
+        noted.unlink(missing_ok=True)
         for duty in duties:
             duty.stop.set()
         try:
