@@ -40,6 +40,7 @@ cleanup() {
   [ -n "${KEEP:-}" ] && { say "kept: project $COMPOSE_PROJECT_NAME, work dir $WORK"; return; }
   "${DC[@]}" down -v >>"$LOG" 2>&1 || true
   docker rmi "memoryd:$MEMORYD_TAG" >>"$LOG" 2>&1 || true
+  docker image prune -f --filter label=memoryd.stage=build >>"$LOG" 2>&1 || true  # the wheelhouse stage
   rm -rf "$WORK" "$ROOT/compose/wheels"
 }
 trap cleanup EXIT
