@@ -240,8 +240,15 @@ REDIS_MARKER_SECONDS = 1.0
 #: How often the watcher looks whether the agent registry or the config file changed:
 #: two stat calls a second, and a new agent's files are watched within a second.
 AGENT_RELOAD_SECONDS = 1.0
-#: How often a worker looks for jobs orphaned by a dead worker on this host.
-ORPHAN_SWEEP_SECONDS = 3.0
+#: How often a worker looks for jobs and locks left by a dead memoryd process on any host:
+#: one SMEMBERS and an EXISTS per worker of a queue; with ALIVE_TTL_SECONDS a ``kill -9``'d
+#: worker's job runs again within ~7 s.
+ORPHAN_SWEEP_SECONDS = 2.0
+#: How long a process's heartbeat key (``memoryd:alive:<identity>``) lives: a process that has
+#: not refreshed it for this long is dead. Five missed beats: a busy or paused process is not.
+ALIVE_TTL_SECONDS = 5.0
+#: How often every memoryd process with workers refreshes its heartbeat key: one SET a second.
+ALIVE_BEAT_SECONDS = 1.0
 #: A job may sit in RQ's intermediate queue between dequeue and start for milliseconds;
 #: one still there after this long, with no execution, was taken by a worker that died.
 STUCK_INTERMEDIATE_SECONDS = 10.0

@@ -48,7 +48,7 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # The machine's own Redis on 127.0.0.1:6379 is never used by a test: nothing listens on port 1.
     monkeypatch.setenv("MEMORYD_LOCAL_REDIS_URL", CLOSED_REDIS_URL)
     for name in ("MEMORYD_CONFIG", "REDIS_URL", "MEMORYD_REDIS_URL", "OPENAI_API_KEY",
-                 "MEMORYD_PROVIDER", "MEMORYD_LLM_BASE_URL"):
+                 "MEMORYD_PROVIDER", "MEMORYD_LLM_BASE_URL", "MEMORYD_NODE"):
         monkeypatch.delenv(name, raising=False)
     return home
 

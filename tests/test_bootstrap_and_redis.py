@@ -24,6 +24,24 @@ def test_a_missing_workspace_is_created_with_the_standard_files_and_committed(ma
     assert clean.stdout == ""
 
 
+def test_an_empty_folder_gets_the_standard_files(make_settings, tmp_path: Path) -> None:
+    """A container's bind mount of a workspace that did not exist: Docker made it, empty."""
+    ws = tmp_path / "mounted"
+    ws.mkdir()
+    settings, _ = make_settings(ws)
+    assert ensure_workspace(settings.agent("main")) is True
+    assert sorted(p.name for p in ws.iterdir() if p.name != ".git") == sorted([*STANDARD_FILES, "memory"])
+
+
+def test_a_folder_with_only_a_hidden_file_is_never_touched(make_settings, tmp_path: Path) -> None:
+    ws = tmp_path / "dotted"
+    ws.mkdir()
+    (ws / ".keep").write_text("")
+    settings, _ = make_settings(ws)
+    assert ensure_workspace(settings.agent("main")) is False
+    assert [p.name for p in ws.iterdir()] == [".keep"]
+
+
 def test_an_existing_workspace_is_never_touched(make_settings, workspace: Path) -> None:
     (workspace / "MEMORY.md").write_text("mine\n")
     settings, _ = make_settings(workspace)

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("pipeline", "push every memory file of a workspace through the pipeline and wait"),
     "status": ("status", "files, chunks, missing vectors, queues and failing jobs per agent"),
     "doctor": ("status", "check Redis, sqlite-vec, tokenizer, provider, and each agent's memory hygiene"),
+    "health": ("health", "exit 0 when Redis answers and (--stage) this machine's worker of a stage is alive"),
     "retry": ("jobs", "requeue failed jobs (all, or those of --agent / --stage, or the JOB_IDs given)"),
     "search": ("query", "memory_search: find snippets in an agent's memory"),
     "get": ("query", "memory_get: print exact lines of a memory file"),

@@ -43,9 +43,10 @@ from memoryd.shared.redact import redact
 from memoryd.shared.runtime import bus as busmod
 from memoryd.shared.runtime import redis_server, runs
 from memoryd.shared.runtime import retries as jobs
+from memoryd.shared.runtime.liveness import Heartbeat, alive, worker_name
 from memoryd.shared.runtime.roster import register_agent
 from memoryd.shared.runtime.survey import plan
-from memoryd.shared.runtime.worker import HOST, StageWorker, context, pid_alive, set_context, worker_name
+from memoryd.shared.runtime.worker import Periodic, StageWorker, context, set_context
 
 PIPELINE = ("chunk", "embed", "index")
 
@@ -61,8 +62,8 @@ def live_stages(bus: busmod.Bus) -> set[str]:
         for worker in SimpleWorker.all(queue=bus.queues[stage]):
             if worker.name.startswith(f"memoryd-{stage}-index."):
                 continue  # a thread of a `memoryd index`: it stops when its own run is done
-            if worker.hostname == HOST and worker.pid and not pid_alive(worker.pid):
-                continue  # a worker of this host killed without a goodbye
+            if not alive(bus.conn, worker.name):
+                continue  # a worker killed without a goodbye, whose heartbeat ran out
             found.add(stage)
     return found
 
@@ -85,7 +86,8 @@ class _ThreadWorker(StageWorker):
 
 
 class LocalStages:
-    """One thread per pipeline stage working its lanes, plus the retry scheduler's duty."""
+    """One thread per pipeline stage working its lanes, plus the retry scheduler's duty and the
+    process's heartbeat (without it, the service workers' orphan sweep would take the threads' jobs)."""
 
     def __init__(self, bus: busmod.Bus, agent: str) -> None:
         self.bus = bus
@@ -95,9 +97,14 @@ class LocalStages:
         self.threads = [threading.Thread(target=self._work, args=(stage,), name=f"memoryd-{stage}", daemon=True)
                         for stage in PIPELINE]
         queues = [q for stage in PIPELINE for q in bus.lanes(stage)]
-        self.retries = jobs.RetryScheduler(queues, worker_name("retries-index"))  # a name the orphan sweep parses
+        self.node = bus.settings.node
+        self.retries = jobs.RetryScheduler(queues, worker_name("retries-index", self.node))  # the sweep knows it
+        self.heartbeat = Heartbeat(bus.conn, self.node)
+        self.beating = Periodic("heartbeat", d.ALIVE_BEAT_SECONDS, self.heartbeat.beat, errors=(redis.RedisError,))
 
     def start(self) -> LocalStages:
+        self.heartbeat.beat()
+        self.beating.start()
         for thread in self.threads:
             thread.start()
         return self
@@ -111,7 +118,7 @@ class LocalStages:
                 chain_for(context(), self.agent)
         while not self.stop.is_set():
             try:
-                worker = _ThreadWorker(lanes, connection=self.bus.conn, name=worker_name(f"{stage}-index"),
+                worker = _ThreadWorker(lanes, connection=self.bus.conn, name=worker_name(f"{stage}-index", self.node),
                                        exception_handlers=[jobs.note_error])
                 # idle for a second: the loop ends, and a stop request is seen
                 worker.work(burst=False, max_idle_time=1, logging_level="CRITICAL")  # failures: see follow()
@@ -127,8 +134,10 @@ class LocalStages:
         deadline = time.monotonic() + d.INDEX_STOP_SECONDS
         for thread in self.threads:
             thread.join(timeout=max(deadline - time.monotonic(), 0.1))
-        with contextlib.suppress(redis.RedisError):  # the lock expires by itself; Redis is gone anyway
+        self.beating.stop.set()
+        with contextlib.suppress(redis.RedisError):  # the lock and the key expire by themselves; Redis is gone anyway
             self.retries.release()
+            self.heartbeat.clear()
 
 
 def _checked_workspace(args: argparse.Namespace) -> Path | None:

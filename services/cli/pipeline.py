@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -120,12 +121,22 @@ def cmd_redis(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _worker_pids(bus: busmod.Bus) -> set[int]:
-    """The pids of this host's workers registered on the installation's queues."""
+    """The pids of this machine's workers registered on the installation's queues."""
     from rq import Worker
 
-    from memoryd.shared.runtime.worker import HOST
+    host = socket.gethostname()
+    return {w.pid for queue in bus.queues.values() for w in Worker.all(queue=queue) if w.hostname == host and w.pid}
 
-    return {w.pid for queue in bus.queues.values() for w in Worker.all(queue=queue) if w.hostname == HOST and w.pid}
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` of this machine still exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _outlive_workers(bus: busmod.Bus, served: set[int]) -> None:
@@ -134,13 +145,11 @@ def _outlive_workers(bus: busmod.Bus, served: set[int]) -> None:
     ended (a worker deregisters before its last words), so they stop with their Redis there."""
     from rq import Worker
 
-    from memoryd.shared.runtime.worker import pid_alive
-
     deadline = time.monotonic() + d.REDIS_STOP_GRACE_SECONDS
     while time.monotonic() < deadline:
         try:
             served |= _worker_pids(bus)
-            served = {pid for pid in served if pid_alive(pid)}
+            served = {pid for pid in served if _running(pid)}
             if not served and not any(Worker.all(queue=queue) for queue in bus.queues.values()):
                 return
         except redis.RedisError:

@@ -69,18 +69,17 @@ def _queues(settings: Settings) -> tuple[dict[str, Any], dict[str, dict[str, dic
 
 
 def live_workers(bus: busmod.Bus) -> dict[str, list[dict[str, Any]]]:
-    """Stage → its live workers, from their RQ registrations (which expire with their heartbeats);
-    a worker of this host whose process is gone is left out."""
+    """Stage → its live workers, from their RQ registrations; a worker whose process stopped
+    refreshing its heartbeat key (shared/runtime/liveness.py) is left out, on any host."""
     from rq import Worker
 
-    from memoryd.shared.runtime.worker import HOST, pid_alive
+    from memoryd.shared.runtime import liveness
 
     found: dict[str, list[dict[str, Any]]] = {}
     for stage in busmod.STAGES:
         found[stage] = [{"name": w.name, "pid": w.pid, "host": w.hostname, "state": w.get_state(),
                          "last_heartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None}
-                        for w in Worker.all(queue=bus.queues[stage])
-                        if not (w.hostname == HOST and w.pid and not pid_alive(w.pid))]
+                        for w in Worker.all(queue=bus.queues[stage]) if liveness.alive(bus.conn, w.name)]
     return found
 
 

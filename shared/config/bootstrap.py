@@ -1,6 +1,7 @@
 """A new agent workspace: the standard files of SPEC §3, ``memory/``, and ``git init``.
 
-Only a workspace that does not exist yet is created; an existing one is never touched.
+Only a workspace that does not exist yet, or is an empty folder (a container's bind mount
+that Docker made), is filled; one with anything in it is never touched.
 Its ``.gitignore`` keeps ``sessions/`` out of git: session transcripts keep what was said
 verbatim, secrets included (``memoryd doctor`` flags a workspace whose git does not).
 """
@@ -49,9 +50,9 @@ STANDARD_FILES = {
 
 
 def ensure_workspace(agent: AgentConfig) -> bool:
-    """Create the agent's workspace if it is missing; → whether it was created."""
+    """Create the agent's workspace if it is missing or an empty folder; → whether it was created."""
     ws = agent.workspace
-    if ws.exists():
+    if ws.exists() and (not ws.is_dir() or any(ws.iterdir())):
         return False
     try:
         (ws / "memory").mkdir(parents=True)

@@ -25,6 +25,7 @@ OVERRIDES: dict[str, tuple[str, ...]] = {
     "MEMORYD_STATE_DIR": ("memoryd", "stateDir"),
     "MEMORYD_REDIS_URL": ("memoryd", "redisUrl"),
     "MEMORYD_LOCAL_REDIS_URL": ("memoryd", "localRedisUrl"),
+    "MEMORYD_NODE": ("memoryd", "node"),
     "MEMORYD_PROVIDER": ("agents", "defaults", "memorySearch", "provider"),
     "MEMORYD_MODEL": ("agents", "defaults", "memorySearch", "model"),
     "MEMORYD_EMBED_BASE_URL": ("agents", "defaults", "memorySearch", "remote", "baseUrl"),

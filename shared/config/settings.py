@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import socket
 from pathlib import Path
 from typing import Any, Literal
 
@@ -276,6 +277,8 @@ class MemorydSettings(_Model):
     local_redis_url: str = d.DEFAULT_REDIS_URL
     #: Prefix of this installation's queues and Redis keys; default: derived from the state dir.
     namespace: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,32}$")
+    #: This node's name in worker names (``memoryd-<stage>.<node>.<random>``); default: the host name.
+    node: str | None = Field(None, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,62}$")
     job_timeout_seconds: int = d.JOB_TIMEOUT_SECONDS
     failure_ttl_seconds: int = d.FAILURE_TTL_SECONDS
     job_retries: int = Field(d.JOB_RETRIES, ge=0, le=20)
@@ -304,6 +307,11 @@ class Settings(_Model):
         """This installation's prefix on one Redis: set, or the first 8 hex of sha256(state dir)."""
         derived = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:8]
         return self.memoryd.namespace or derived
+
+    @property
+    def node(self) -> str:
+        """This node's name: set, else the host name."""
+        return self.memoryd.node or socket.gethostname()
 
     def index_path(self, agent_id: str) -> Path:
         if not isinstance(agent_id, str) or not re.fullmatch(AGENT_ID_PATTERN, agent_id):

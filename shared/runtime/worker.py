@@ -8,7 +8,10 @@ which ``run_worker`` (or ``memoryd index``'s in-process burst workers) sets up.
 A worker killed with ``kill -9`` leaves its job started, half-started or in RQ's
 intermediate queue until RQ's heartbeat and maintenance intervals pass (minutes). Each
 worker therefore sweeps, at start and every few seconds, the jobs held by dead workers
-*on this host* (their pid is gone) and requeues them at once (:func:`requeue_orphans`).
+*on any host* and requeues them at once (:func:`requeue_orphans`). Dead means: the
+process's heartbeat key in Redis expired (``shared/runtime/liveness.py``); worker names
+carry a node name and a random part, never a pid, so containers that all run memoryd as
+pid 1 neither collide nor look alive to each other.
 
 Failed jobs are retried 1, 5 and 20 s later: each worker records a failed try's error on
 the job and moves retries that are due back onto the queue (``shared/runtime/retries.py``). A worker
@@ -19,9 +22,7 @@ when Redis went away, and works on (:func:`run_worker`).
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import socket
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -45,12 +46,12 @@ from memoryd.shared.config.settings import Settings
 from memoryd.shared.exceptions import ConfigError
 from memoryd.shared.redact import redact
 from memoryd.shared.runtime.bus import JOBS, Bus
+from memoryd.shared.runtime.liveness import Heartbeat, alive, note_local, worker_name
 from memoryd.shared.runtime.redis_server import wait_for_redis
 from memoryd.shared.runtime.retries import RetryScheduler, note_error, release_lock_of, scheduler_lock_holder
 
 log = logging.getLogger("memoryd.worker")
 
-HOST = socket.gethostname()
 #: How long a worker's Redis connections wait for a reply: RQ blocks in BLPOP for up to its
 #: dequeue timeout (the worker TTL − 15 s) and wants 10 s more (``rq.Worker.connection_timeout``).
 WORKER_READ_TIMEOUT = max(1, DEFAULT_WORKER_TTL - 15) + 10
@@ -126,27 +127,6 @@ def context() -> WorkerContext:
     return _context
 
 
-def worker_name(stage: str) -> str:
-    return f"memoryd-{stage}.{HOST}.{os.getpid()}"
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _dead_here(name: str) -> bool:
-    """Whether ``name`` is one of our worker names on this host whose process is gone."""
-    parts = (name or "").rsplit(".", 1)
-    return len(parts) == 2 and parts[1].isdigit() and parts[0].endswith("." + HOST) and not pid_alive(int(parts[1]))
-
-
 def _requeue(queue: Queue, job_id: str) -> bool:
     conn = queue.connection
     conn.lrem(queue.intermediate_queue_key, 0, job_id)
@@ -185,7 +165,7 @@ def release_jobs(worker: SimpleWorker) -> int:
 
 
 def requeue_orphans(queue: Queue) -> int:
-    """Requeue the jobs that workers of this host, now dead (``kill -9``), were holding.
+    """Requeue the jobs that dead memoryd workers (``kill -9``, on any host) were holding; free their retry lock.
 
     A dead worker can leave a job in three states: started with its name on the job;
     half-started (in the started registry and the worker's executions, status still
@@ -193,11 +173,12 @@ def requeue_orphans(queue: Queue) -> int:
     heartbeat and maintenance intervals (minutes); this does it in seconds.
     """
     moved = 0
+    conn = queue.connection
     for worker in SimpleWorker.all(queue=queue):
-        if _dead_here(worker.name):
+        if not alive(conn, worker.name):
             moved += release_jobs(worker)
     holder = scheduler_lock_holder(queue)
-    if holder and _dead_here(holder):
+    if holder and not alive(conn, holder):
         release_lock_of(queue, holder)  # its retries are promoted by a live worker within a second
         log.warning("freed the retry scheduler lock of dead worker %s on %s", holder, queue.name)
     started = set(StartedJobRegistry(queue=queue).get_job_ids(cleanup=False))
@@ -320,15 +301,18 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
     for queue in queues:
         migrate_legacy_jobs(queue, context().bus)
         requeue_orphans(queue)
-    name = worker_name(stage)
+    heartbeat = Heartbeat(conn, settings.node)
+    heartbeat.beat()  # before the worker is born: no sweep may find it without a heartbeat
+    name = worker_name(stage, settings.node)
+    noted = note_local(stage, name)
     retries = RetryScheduler(queues, name)
-    duties = [Periodic("orphan-sweeper", d.ORPHAN_SWEEP_SECONDS, lambda: [requeue_orphans(q) for q in queues],
+    duties = [Periodic("heartbeat", d.ALIVE_BEAT_SECONDS, heartbeat.beat, errors=(redis.RedisError,)),
+              Periodic("orphan-sweeper", d.ORPHAN_SWEEP_SECONDS, lambda: [requeue_orphans(q) for q in queues],
                        errors=(redis.RedisError,)),
               Periodic("retry-scheduler", d.RETRY_PROMOTE_SECONDS, retries.promote, errors=(redis.RedisError,),
                        immediately=True)]
-    if not burst:
-        for duty in duties:
-            duty.start()
+    for duty in duties if not burst else duties[:1]:  # a burst worker beats too: its jobs are not orphans
+        duty.start()
     stopping = threading.Event()
     worker: StageWorker | None = None
     try:
@@ -350,12 +334,14 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
             if stopping.wait(d.REDIS_BACKOFF_SECONDS) or not wait_for_redis(conn, stopping, who=name):
                 return
     finally:
+        noted.unlink(missing_ok=True)
         for duty in duties:
             duty.stop.set()
-        if not burst:
-            try:
+        try:
+            if not burst:
                 retries.release()
-            except redis.RedisError as exc:  # a stop (SIGTERM/SIGINT) is no fault: the lock expires by itself
-                stopped = stopping.is_set() or (worker is not None and worker.stop_requested)
-                (log.info if stopped else log.warning)("could not release the retry scheduler lock of %s: %s",
-                                                       name, redact(str(exc)))
+            heartbeat.clear()
+        except redis.RedisError as exc:  # a stop (SIGTERM/SIGINT) is no fault: the lock and heartbeat expire
+            stopped = stopping.is_set() or (worker is not None and worker.stop_requested)
+            (log.info if stopped else log.warning)("could not release the retry scheduler lock and heartbeat of %s: %s",
+                                                   name, redact(str(exc)))
