@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import redis
 
+from memoryd.services.query.http import create_app
+from memoryd.services.session.api import build_router
 from memoryd.services.session.service import Sessions
 from memoryd.shared.config.loader import load_settings
 from memoryd.shared.config.settings import Settings
@@ -14,6 +17,7 @@ from memoryd.shared.index.chunking import count_tokens
 from memoryd.shared.log.eventlog import log_dir, read
 from memoryd.shared.runtime.bus import Bus
 from memoryd.shared.runtime.worker import run_worker
+from tests.support import serving
 
 __all__ = ["FACT", "RULE", "UTC", "Clock", "drain", "lines", "llm_extra", "logged", "sessions", "words",
            "write_day"]
@@ -75,3 +79,8 @@ def write_day(workspace: Path, day: date, *text: str) -> None:
     """The daily log ``memory/<day>.md``: a heading, a blank line, then ``text`` (line 3 on)."""
     (workspace / "memory" / f"{day.isoformat()}.md").write_text(
         f"# {day.isoformat()}\n\n" + "\n".join(text) + "\n", encoding="utf-8")
+
+
+def session_routes(settings: Settings) -> AbstractContextManager[str]:
+    """The session routes as `memoryd serve` mounts them, on a real uvicorn server on loopback: its URL."""
+    return serving(create_app(settings, routers=[build_router(settings)]))

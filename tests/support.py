@@ -1,10 +1,13 @@
-"""The helpers every kind of test needs: a free loopback port, a bounded wait, an exact FTS5 query."""
+"""The helpers every kind of test needs: a free loopback port, a bounded wait, an app served on
+loopback, an exact FTS5 query."""
 
 from __future__ import annotations
 
 import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +55,20 @@ def match_expression(terms: list[str], *, operator: str = "OR") -> str:
     """An FTS5 MATCH expression; each term quoted so no query text is read as syntax."""
     quoted = ['"' + t.replace('"', '""') + '"' for t in terms]
     return f" {operator} ".join(quoted)
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """``app`` (ASGI) on a real uvicorn server on a free loopback port, for the block: its URL."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, timeout=30, interval=0.01, what="uvicorn started")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

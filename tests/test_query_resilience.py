@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from inline_index import index_now
 
 from memoryd.services.query.engine import QueryService
@@ -28,7 +26,7 @@ from memoryd.services.query.models import SearchRequest
 from memoryd.shared.config.loader import load_settings
 from memoryd.shared.config.settings import Settings
 from tests.openai_stub import OpenAIStub
-from tests.support import free_port, wait_until
+from tests.support import serving, wait_until
 
 #: A search that waited for the hung provider would take at least its timeout; one that kept to
 #: its budget (0.3 s) takes far less. The bound is liveness with room for a loaded machine.
@@ -58,18 +56,8 @@ def _settings(tmp_path: Path, stub: OpenAIStub, **slow: object) -> Settings:
     return settings
 
 
-@contextmanager
-def serve(settings: Settings) -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, timeout=30, interval=0.01, what="uvicorn started")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+def serve(settings: Settings) -> AbstractContextManager[str]:
+    return serving(create_app(settings))
 
 
 def _search(client: httpx.Client, agent: str, query: str, **extra: object) -> tuple[float, dict]:

@@ -2,35 +2,22 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
-from memoryd.services.query.http import create_app
-from memoryd.services.session.api import build_router
 from memoryd.services.session.client import SessionApiError, SessionClient
 from tests.openai_stub import OpenAIStub
-from tests.session_support import llm_extra, logged
-from tests.support import free_port, wait_until
+from tests.session_support import llm_extra, logged, session_routes
 
 
 @pytest.fixture
 def served(workspace: Path, make_settings, redis_url: str) -> Iterator[tuple[SessionClient, OpenAIStub]]:
     with OpenAIStub() as stub:
         settings, _ = make_settings(workspace, redis=redis_url, extra=llm_extra(stub.base_url))
-        app = create_app(settings, routers=[build_router(settings)])  # how `memoryd serve` mounts it
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        wait_until(lambda: server.started, timeout=30, interval=0.01, what="uvicorn started")
-        with SessionClient(f"http://127.0.0.1:{port}", agent="main") as client:
+        with session_routes(settings) as url, SessionClient(url, agent="main") as client:
             yield client, stub
-        server.should_exit = True
-        thread.join()
 
 
 def test_append_show_context_compact_and_new_over_http(served: tuple[SessionClient, OpenAIStub],

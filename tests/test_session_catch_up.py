@@ -8,19 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
-from memoryd.services.query.http import create_app
-from memoryd.services.session.api import build_router
 from memoryd.services.session.client import SessionClient
 from tests.openai_stub import OpenAIStub
-from tests.session_support import llm_extra, words
-from tests.support import free_port, wait_until
+from tests.session_support import llm_extra, session_routes, words
 
 pytestmark = pytest.mark.integration
 
@@ -36,19 +31,11 @@ def served(workspace: Path, make_settings, redis_url: str, request: pytest.Fixtu
         window = {**WINDOW, "compaction": {**WINDOW["compaction"], "catchUpSeconds": catch_up}}
         settings, config = make_settings(workspace, redis=redis_url,
                                          extra={**llm_extra(stub.base_url), "agents": {"defaults": window}})
-        app = create_app(settings, routers=[build_router(settings)])  # how `memoryd serve` mounts it
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        wait_until(lambda: server.started, timeout=30, interval=0.01, what="uvicorn started")
-        try:
-            with SessionClient(f"http://127.0.0.1:{port}", agent="main") as client:
+        with session_routes(settings) as url, SessionClient(url, agent="main") as client:
+            try:
                 yield client, stub, config
-        finally:
-            stub.set(chat="ok", embeddings="ok")  # a hung chat request returns, its thread ends
-            server.should_exit = True
-            thread.join(timeout=30)
+            finally:
+                stub.set(chat="ok", embeddings="ok")  # a hung chat request returns, its thread ends
 
 
 def _past_the_window(client: SessionClient) -> None:

@@ -17,7 +17,7 @@ import pytest
 import redis
 from rq import Queue, SimpleWorker
 from rq.executions import Execution
-from rq.job import JobStatus
+from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 from rq.scheduler import RQScheduler
 
@@ -57,6 +57,17 @@ def _take(queue: Queue) -> str:
     return job.id
 
 
+def _started(queue: Queue, worker: SimpleWorker, job_id: str, *, named: bool = True) -> Job:
+    """What a worker's start of ``job_id`` leaves: an execution (naming the worker, or nobody) and
+    the job marked started by ``worker``."""
+    job = queue.fetch_job(job_id)
+    with queue.connection.pipeline() as pipe:
+        Execution.create(job, ttl=120, pipeline=pipe, worker_name=worker.name if named else "")
+        job.prepare_for_execution(worker.name, pipe)
+        pipe.execute()
+    return job
+
+
 def test_a_half_started_job_of_a_dead_worker_is_requeued(settled: str) -> None:
     queue, worker = _setup(settled, DEAD)
     job_id = _take(queue)
@@ -75,11 +86,7 @@ def test_a_half_started_job_of_a_dead_worker_is_requeued(settled: str) -> None:
 def test_a_started_job_naming_a_dead_worker_is_requeued(settled: str) -> None:
     queue, worker = _setup(settled, DEAD)
     job_id = _take(queue)
-    job = queue.fetch_job(job_id)
-    with queue.connection.pipeline() as pipe:
-        Execution.create(job, ttl=120, pipeline=pipe, worker_name="")
-        job.prepare_for_execution(worker.name, pipe)
-        pipe.execute()
+    job = _started(queue, worker, job_id, named=False)
     assert job.get_status() == JobStatus.STARTED
     assert requeue_orphans(queue) == 1
     assert queue.get_job_ids() == [job_id]
@@ -98,11 +105,7 @@ def test_a_job_stuck_in_the_intermediate_queue_is_requeued_after_a_grace_period(
 def test_jobs_of_a_live_worker_are_left_alone(settled: str) -> None:
     queue, worker = _setup(settled, LIVE)
     job_id = _take(queue)
-    job = queue.fetch_job(job_id)
-    with queue.connection.pipeline() as pipe:
-        Execution.create(job, ttl=120, pipeline=pipe, worker_name=worker.name)
-        job.prepare_for_execution(worker.name, pipe)
-        pipe.execute()
+    _started(queue, worker, job_id)
     assert requeue_orphans(queue) == 0
     assert queue.get_job_ids() == []
     assert job_id in StartedJobRegistry(queue=queue).get_job_ids(cleanup=False)
@@ -113,11 +116,7 @@ def test_a_pid_named_worker_whose_pid_is_alive_is_judged_by_its_heartbeat(settle
     every container: no heartbeat, so its job is taken back all the same."""
     queue, worker = _setup(settled, f"node-a.{os.getpid()}")
     job_id = _take(queue)
-    job = queue.fetch_job(job_id)
-    with queue.connection.pipeline() as pipe:
-        Execution.create(job, ttl=120, pipeline=pipe, worker_name=worker.name)
-        job.prepare_for_execution(worker.name, pipe)
-        pipe.execute()
+    _started(queue, worker, job_id)
     assert requeue_orphans(queue) == 1
     assert queue.get_job_ids() == [job_id]
 
@@ -127,11 +126,7 @@ def test_a_fresh_redis_judges_nobody(tmp_path: Path) -> None:
     server = start_private_redis(tmp_path)
     try:
         queue, worker = _setup(server.url, DEAD)
-        job = queue.fetch_job(_take(queue))
-        with queue.connection.pipeline() as pipe:
-            Execution.create(job, ttl=120, pipeline=pipe, worker_name=worker.name)
-            job.prepare_for_execution(worker.name, pipe)
-            pipe.execute()
+        job = _started(queue, worker, _take(queue))
         assert requeue_orphans(queue) == 0
         assert job.id in StartedJobRegistry(queue=queue).get_job_ids(cleanup=False)
     finally:
