@@ -44,8 +44,7 @@ def test_up_runs_all_services_and_stops_them(workspace: Path, make_settings, red
         gone, alive = psutil.wait_procs(children, timeout=15)
         assert not alive
     finally:
-        if up.poll() is None:
-            up.kill()
+        _stop_tree(up)
         log.close()
 
 
@@ -97,8 +96,7 @@ def test_up_uses_an_existing_redis_notes_it_and_every_reason_is_true(workspace: 
         up.send_signal(signal.SIGINT)
         assert up.wait(timeout=30) == 0
     finally:
-        if up.poll() is None:
-            up.kill()
+        _stop_tree(up)
         log.close()
     text = (tmp_path / "up.log").read_text(errors="replace")
     assert "memoryd worker chunk: Redis " in text and "(configured)" not in text and "noted in" in text
@@ -140,3 +138,19 @@ def test_a_second_up_or_serve_on_one_state_dir_is_refused_and_removes_nothing(
         up.send_signal(signal.SIGINT)
         up.wait(timeout=30)
         log.close()
+
+
+def _stop_tree(up: subprocess.Popen[bytes]) -> None:
+    """A test that failed with ``up`` still running: stop it and every service it started, so none
+    outlives the test (SIGKILL of ``up`` alone would orphan them)."""
+    if up.poll() is not None:
+        return
+    children = psutil.Process(up.pid).children(recursive=True)
+    up.send_signal(signal.SIGINT)
+    try:
+        up.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        up.kill()
+    for child in children:
+        if child.is_running():
+            child.kill()
