@@ -194,3 +194,14 @@ def test_log_stats_shows_bytes_events_and_the_oldest_replayable_moment(workspace
     out = os.popen(f"MEMORYD_CONFIG={config} {os.sys.executable} -m memoryd.services.cli log stats --agent main "
                    "--json").read()
     assert json.loads(out)["events"] == 2
+
+
+def test_an_event_of_a_newer_schema_is_refused_with_the_fix() -> None:
+    """A log written by a later memoryd is not misread: its events' version is checked."""
+    from memoryd.shared.events import SCHEMA_VERSION, parse_event
+
+    event = FileDeleted(agent="main", path="memory/a.md", seq=1)
+    assert parse_event(event.model_dump_json()) == event
+    newer = json.loads(event.model_dump_json()) | {"version": SCHEMA_VERSION + 1}
+    with pytest.raises(ValueError, match="upgrade memoryd to read it"):
+        parse_event(json.dumps(newer))
