@@ -11,9 +11,9 @@ from inline_index import index_now
 
 from memoryd.shared.config.loader import load_settings
 from memoryd.shared.embed.providers import resolve
-from memoryd.shared.events import ChunkData, ChunksEmbedded, FileDeleted, VectorData
+from memoryd.shared.events import ChunkData, ChunksEmbedded, FileChunked, FileDeleted, VectorData
 from memoryd.shared.exceptions import ConfigError
-from memoryd.shared.index.apply import apply, fingerprint, open_writer, outdated
+from memoryd.shared.index.apply import apply, apply_text_first, fingerprint, open_writer, outdated
 from memoryd.shared.index.store import IndexReader
 from memoryd.shared.rebuild.sidebyside import rebuild
 from tests.openai_stub import OpenAIStub
@@ -25,6 +25,30 @@ def _embedded(path: str, seq: int, text: str, embedder: str, dims: int = 4) -> C
                           chunker="c", chunks=[chunk], embedder=embedder, provider="hash", model="m",
                           vectors=[VectorData.pack(chunk.hash, np.ones(dims, np.float32) / np.sqrt(dims))],
                           cached=0, embedded=1)
+
+
+def _chunked(event: ChunksEmbedded) -> FileChunked:
+    return FileChunked(**event.model_dump(include=set(FileChunked.model_fields) - {"type"}))
+
+
+def test_text_first_rows_keep_the_logged_version_and_never_undo_vectors(workspace: Path, make_settings) -> None:
+    """A live edit's texts land before its vectors without claiming its sequence number; late,
+    after the ``chunks.embedded`` of the same version, they change nothing."""
+    settings, _ = make_settings(workspace)
+    writer = open_writer(settings, "main")
+    embedder = writer.meta("embedder")
+    apply(writer, _embedded("memory/a.md", 10, "first text", embedder))
+    edit = _embedded("memory/a.md", 20, "edited text", embedder)
+    assert apply_text_first(writer, _chunked(edit))
+    assert writer.conn.execute("SELECT text, has_vector FROM chunks").fetchall() == [("edited text", 0)]
+    assert writer.file("memory/a.md").seq == 10  # the index holds seq 20 only once it is logged and applied
+    assert apply(writer, edit).action == "replaced"
+    assert writer.conn.execute("SELECT text, has_vector FROM chunks").fetchall() == [("edited text", 1)]
+    assert not apply_text_first(writer, _chunked(edit))  # late: the vectors came first
+    assert writer.conn.execute("SELECT has_vector FROM chunks").fetchall() == [(1,)]
+    new = _embedded("memory/b.md", 30, "brand new", embedder)
+    assert apply_text_first(writer, _chunked(new))
+    assert (writer.file("memory/b.md").seq, writer.file("memory/b.md").status) == (0, "indexed")
 
 
 def test_stale_events_never_overwrite_newer_ones(workspace: Path, make_settings) -> None:

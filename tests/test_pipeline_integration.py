@@ -218,12 +218,50 @@ def test_keyword_search_survives_failing_providers_and_vectors_arrive_later(
             (workspace / "memory" / "2026-04-01.md").write_text("The outage code is E-503 on the billing API.\n")
             assert wait_until(lambda: p.keyword(AGENT, "E-503")) == ["memory/2026-04-01.md"]
             assert [r[-1] for r in p.chunks(AGENT, "memory/2026-04-01.md")] == [0]  # vector missing
-            status = json.loads(p.cli("status", "--json").stdout)
+            # the texts land ahead of the embed job (text_job); its failure is on record once it ends
+            status = wait_until(lambda: (s := json.loads(p.cli("status", "--json").stdout))["queues"]
+                                ["providerErrors"].get(AGENT) and s, what="the provider's error in status")
             assert status["agents"][AGENT]["index"]["chunksWithoutVectors"] == 1
             assert "gave up after 2 tries" in status["queues"]["providerErrors"][AGENT]["error"]
             stub.set(embeddings="ok")
             wait_until(lambda: [r[-1] for r in p.chunks(AGENT, "memory/2026-04-01.md")] == [1], timeout=60)
             assert p.query(AGENT, "SELECT count(*) FROM chunk_vectors")[0][0] == 1
             wait_until(lambda: AGENT not in json.loads(p.cli("status", "--json").stdout)["queues"]["providerErrors"])
+        finally:
+            p.stop()
+
+
+def test_a_live_edit_is_keyword_searchable_while_the_embedder_hangs_and_its_vectors_follow(
+    workspace: Path, make_settings, redis_url: str, tmp_path: Path
+) -> None:
+    """The chunker sends a live edit's texts straight to the indexer: with the provider hung (and
+    a 60 s client timeout, so the embed job cannot end for a minute) the note is found by keyword
+    within 15 s, its rows without vectors and its file row still at the last logged version; when
+    the provider answers, the ``chunks.embedded`` lands on the same rows with their vectors."""
+    with OpenAIStub() as stub:
+        search = {"model": "stub-embed", "remote": {"baseUrl": stub.base_url, "maxRetries": 0, "timeoutSeconds": 60}}
+        settings, config = make_settings(workspace, redis=redis_url, provider="openai-compatible", **search)
+        p = Pipeline(config, redis_url, settings, tmp_path)
+        try:
+            _live(p)
+            stub.set(embeddings="hang")
+            path = "memory/2026-05-01.md"
+            (workspace / path).write_text("- The standby region is eu-north-7 since the audit.\n")
+            assert wait_until(lambda: p.keyword(AGENT, "eu-north-7"), timeout=15,
+                              what="the note's text rows while the embedder hangs") == [path], p.logs()
+            from rq.registry import StartedJobRegistry
+
+            wait_until(lambda: StartedJobRegistry(queue=p.bus.queues["embed"]).count == 1,
+                       what="the embed job of the note, hung on the provider")
+            rows = p.chunks(AGENT, path)
+            assert [r[-1] for r in rows] == [0]  # vectors still to come
+            assert p.query(AGENT, "SELECT seq FROM files WHERE path = ?", (path,)) == [(0,)]
+            assert p.events(AGENT, "chunks.embedded", path) == []  # nothing logged for the texts
+            stub.set(embeddings="ok")
+            wait_until(lambda: [r[-1] for r in p.chunks(AGENT, path)] == [1], timeout=60,
+                       what="the vectors of the note once the provider answers")
+            assert p.chunks(AGENT, path)[0][0] == rows[0][0]  # the same row gained its vector
+            [embedded] = p.events(AGENT, "chunks.embedded", path)
+            assert p.query(AGENT, "SELECT seq FROM files WHERE path = ?", (path,)) == [(embedded.seq,)]
         finally:
             p.stop()

@@ -3,6 +3,8 @@
 Reads the file once, checks it is memory (not binary, UTF-8, not huge), and splits it
 into ~400-token chunks on line boundaries (``memoryd.shared.index.chunking.chunk_file``). The
 chunk texts travel in the event, so the later stages and a replay never need the file again.
+A live edit's chunks also go straight to the indexer (``text``, not logged), so the file is
+keyword-searchable within moments while the embedders are slow, hung or elsewhere.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 from memoryd.shared.events import FileChanged, FileChunked, FileDeleted, FileSkipped, parse_event
 from memoryd.shared.index.chunking import chunk_file
 from memoryd.shared.runtime import runs
+from memoryd.shared.runtime.bus import in_bulk_lane
 from memoryd.shared.runtime.worker import context
 
 log = logging.getLogger("memoryd.chunker")
@@ -29,6 +32,8 @@ def chunk_job(events: list[str]) -> int:
         ctx.ensure_agent(event.agent)
         result = chunk_file(event, ctx.settings)
         (chunked if isinstance(result, FileChunked) else direct).append(result)
+    if chunked and not in_bulk_lane():  # a live edit: its texts go to the index now, the vectors follow
+        ctx.bus.enqueue("text", [c.model_dump_json() for c in chunked])
     ctx.bus.emit("embed", chunked)
     ctx.bus.emit("index", direct)
     per_run: dict[str | None, int] = {}

@@ -1,7 +1,8 @@
 """Indexer worker — the only writer of ``<state>/memory/<agent>.sqlite``.
 
 Applies ``ChunksEmbedded``, ``FileDeleted``, ``FileSkipped`` and ``VectorsFilled`` through
-``memoryd.shared.index.apply.apply`` (stale events dropped by sequence number, one
+``memoryd.shared.index.apply.apply``; a live edit's ``FileChunked`` comes first (:func:`text_job`,
+texts only: keyword-searchable before the embedder answers) (stale events dropped by sequence number, one
 transaction per file, idempotent). The index records its fingerprint (chunker,
 tokenizer, FTS tokenizer, embedder); when the configured one differs, the indexer keeps
 applying to it and queues a rebuild job (``memoryd.services.pipeline.rebuild``, by name),
@@ -19,9 +20,17 @@ import logging
 import redis
 
 from memoryd.shared import defaults as d
-from memoryd.shared.events import ChunksEmbedded, FileDeleted, FileSkipped, IndexApplied, VectorsFilled, parse_event
+from memoryd.shared.events import (
+    ChunksEmbedded,
+    FileChunked,
+    FileDeleted,
+    FileSkipped,
+    IndexApplied,
+    VectorsFilled,
+    parse_event,
+)
 from memoryd.shared.exceptions import MemorydError
-from memoryd.shared.index.apply import apply, open_writer, outdated
+from memoryd.shared.index.apply import apply, apply_text_first, open_writer, outdated
 from memoryd.shared.index.store import IndexWriter
 from memoryd.shared.rebuild.recovery import Recovery
 from memoryd.shared.rebuild.sidebyside import request, swap_lock
@@ -85,6 +94,22 @@ def index_job(events: list[str]) -> int:
              ", ".join(f"{n} {action}" for action, n in sorted(actions.items())) or "nothing new",
              sum(a.chunks for a in applied), ", ".join(sorted(agents)))
     return len(applied)
+
+
+def text_job(events: list[str]) -> int:
+    """RQ job: a live edit's chunk texts, ahead of their vectors (``apply_text_first``: not logged,
+    not counted in a run; the file's ``chunks.embedded`` follows). → files written."""
+    ctx = context()
+    written = 0
+    for raw in events:
+        event = parse_event(raw)
+        if not isinstance(event, FileChunked):
+            raise TypeError(f"text_job got a {event.type} event")
+        ctx.ensure_agent(event.agent)
+        with swap_lock(ctx.settings, event.agent).held(exclusive=False):
+            written += apply_text_first(_writer(ctx, event.agent), event)
+    log.info("stored the texts of %d of %d chunked files ahead of their vectors", written, len(events))
+    return written
 
 
 def fill_job(events: list[str]) -> int:

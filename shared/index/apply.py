@@ -8,6 +8,9 @@ A file's chunks change in one transaction; an event older (by sequence number) t
 the index holds for that path is dropped as stale, so a late retry never overwrites a
 newer version and a deleted file never comes back. Applying the same event twice changes
 nothing.
+
+``apply_text_first`` is the one write that is not an event's: a file's chunk texts as soon as
+they are chunked, so the file is keyword-searchable while its vectors are being made.
 """
 
 from __future__ import annotations
@@ -16,7 +19,15 @@ import logging
 
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.embed import providers
-from memoryd.shared.events import ChunksEmbedded, FileDeleted, FileEvent, FileSkipped, IndexApplied, VectorsFilled
+from memoryd.shared.events import (
+    ChunksEmbedded,
+    FileChunked,
+    FileDeleted,
+    FileEvent,
+    FileSkipped,
+    IndexApplied,
+    VectorsFilled,
+)
 from memoryd.shared.index.chunking import Chunker
 from memoryd.shared.index.fts import FTS_TOKENIZER
 from memoryd.shared.index.store import META_EMBEDDER, META_FINGERPRINT, IndexWriter
@@ -93,6 +104,30 @@ def apply(writer: IndexWriter, event: FileEvent | VectorsFilled) -> IndexApplied
             return IndexApplied(agent=event.agent, path=event.path, seq=event.seq, run=event.run,
                                 action="skipped", sha256=event.sha256, reason=event.reason)
     raise TypeError(f"the indexer does not apply {event.type} events")
+
+
+def apply_text_first(writer: IndexWriter, event: FileChunked) -> bool:
+    """Store ``event``'s chunk texts, without vectors, ahead of its ``chunks.embedded``. → whether
+    anything was written.
+
+    Nothing is logged for it and the file's row keeps the sequence number (and hash) of the last
+    logged version: the index holds "seq S" only once S's ``chunks.embedded`` is applied, so a
+    recovery from the log still re-drives S's embedding if Redis loses it, a restarted watcher
+    still sees the file as changed, and the ``chunks.embedded`` of S (with its vectors) is applied
+    as usual — matched by hash, the rows stay and gain their vectors. Dropped when the index
+    holds S or a newer version already (the vectors came first)."""
+    with writer.transaction():
+        row = writer.file(event.path)
+        if row is not None and row.seq >= event.seq:
+            return False
+        writer.replace_chunks(event.path, event.source, event.chunks, {})
+        if row is None:
+            writer.upsert_file(path=event.path, source=event.source, sha256="", size=0, mtime=0.0, seq=0,
+                               status="indexed", chunks=len(event.chunks))
+        else:
+            writer.conn.execute("UPDATE files SET status = 'indexed', error = NULL, chunks = ? WHERE path = ?",
+                                (len(event.chunks), event.path))
+    return True
 
 
 def _apply_chunks(writer: IndexWriter, event: ChunksEmbedded) -> IndexApplied:

@@ -71,6 +71,12 @@ return nxt
 """
 
 
+def in_bulk_lane() -> bool:
+    """Whether the job running in this process now came from a bulk lane (False outside a job)."""
+    current = get_current_job()
+    return current is not None and current.origin.endswith("-bulk")
+
+
 class Bus:
     """What a stage needs of Redis: emit events and number them (a run's counters: runtime/runs.py)."""
 
@@ -112,8 +118,7 @@ class Bus:
         stage = JOB_STAGE[job]
         m = self.settings.memoryd
         if bulk is None:
-            current = get_current_job()
-            bulk = current is not None and current.origin.endswith("-bulk")
+            bulk = in_bulk_lane()
         (self.bulk if bulk else self.queues)[stage].enqueue(
             JOBS[job],
             *args,
