@@ -44,8 +44,9 @@ def test_workers_take_the_edit_lane_first_and_work_stays_in_its_lane(tmp_path: P
     ended = {job.id: job.ended_at for job in Job.fetch_many([*bulk_ids, edit_id], connection=conn)}
     assert all(ended[edit_id] < ended[j] for j in bulk_ids)  # the edit went first, though queued last
     assert (bus.queues["embed"].count, bus.bulk["embed"].count) == (1, 40)  # each job's output in its lane
+    assert (bus.queues["index"].count, bus.bulk["index"].count) == (1, 0)  # the edit's text rows, at once
     run_worker("embed", settings, conn, burst=True)
-    assert (bus.queues["index"].count, bus.bulk["index"].count) == (1, 40)
+    assert (bus.queues["index"].count, bus.bulk["index"].count) == (2, 40)  # then its vectors
 
 
 def test_the_watcher_puts_an_agents_flood_on_the_bulk_lane(tmp_path: Path, redis_url: str) -> None:
