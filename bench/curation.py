@@ -10,15 +10,16 @@
   One heartbeat a day with the real code (MiniLM, the extractive phrasing, the ledger).
   precision = proposals whose sources are all lines of one fact / proposals; recall = facts
   proposed / facts; ``noisePromoted`` = proposals holding any noise line (goal 0).
-- ``supersession``: 16 subjects whose value changed between an older and a newer daily log
-  (three wordings: an owner, an on-call person, a region) and 4 whose value was only restated,
-  indexed in-process with the local model; one question per subject through
-  ``QueryService.search``. ``newerFirst`` = share of answers holding both lines where the newer
-  ranks above the older, with supersession off (before) and on (after); ``restatedMarked`` =
-  answers about a restated value that mark anything superseded (goal 0).
+- ``supersession``: 40 statements whose value changed between an older and a newer daily log
+  (eight wordings: an owner, an on-call person, a region, a go-live date, a team taking over, a
+  report format, an escalation contact, a pinned version; two facts of each of 20 subjects) and
+  8 whose value was only restated (8 other subjects), indexed in-process with the local model; one question per
+  statement through ``QueryService.search``. ``newerFirst`` = share of answers holding both
+  lines where the newer ranks above the older, with supersession off (before) and on (after);
+  ``restatedMarked`` = answers about a restated value that mark anything superseded (goal 0).
 - ``locomo``: R@6 of the temporal questions (category 2) of ../shared/locomo-dev, supersession
-  off and on, and how many answers hold a result marked ``supersededBy`` (read from there,
-  never copied; see its README for the scoring rule).
+  off and on, how many of their answers hold a result marked ``supersededBy``, and R@1 of all
+  its scored questions (bench/locomo.py) (read from there, never copied; see its README for the scoring rule).
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from typing import Any
 import redis
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO)]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]  # tests/inline_index.py indexes in-process
 
 from inline_index import index_now  # noqa: E402
+from locomo import SCORED  # noqa: E402
 
 from memoryd.services.query.engine import QueryService  # noqa: E402
 from memoryd.services.query.models import SearchRequest, dump  # noqa: E402
@@ -193,18 +195,37 @@ SUBJECTS = ["billing service", "payments API", "search cluster", "mobile app", "
             "mail relay", "CI runners", "status page", "design system", "export service", "image resizer",
             "feature flags", "audit pipeline", "chat widget", "docs site", "VPN", "backup job", "CRM sync",
             "invoice generator"]
+RESTATED_SUBJECTS = ["wiki", "build cache", "SSO bridge", "metrics stack", "print server", "release train",
+                     "sandbox", "billing portal"]
 TEAMS = ["alpha", "bravo", "delta", "echo", "foxtrot", "gamma", "kilo", "lima", "omega", "zeta", "sigma", "tango"]
 
 
 #: How a value is first stated and then changed, and the question asked: (older, newer, question).
+#: Eight wordings of a change as people log one: a verb of change or none, a key and a colon, a
+#: new value after "from", a date, a format, a person, a version.
 CHANGES = [
     ("The owner of the {s} is team-{old}.", "The {s} owner changed to team-{new}.", "Who owns the {s}?"),
     ("{S} on-call: {old_name}", "{S} on-call is now {new_name}.", "Who is on call for the {s}?"),
     ("The {s} runs in region eu-{old}-1.", "The {s} region moved to eu-{new}-1 after the migration.",
      "Which region does the {s} run in?"),
+    ("{S} go-live is planned for March {day}.", "{S} go-live slipped to April {day2}, the vendor is late.",
+     "When does the {s} go live?"),
+    ("Team-{old} maintains the {s}.", "Team-{new} took over the {s} from team-{old} today.",
+     "Which team maintains the {s}?"),
+    ("{old_name} wants the {s} report as a PDF every Monday.",
+     "{old_name} asked for the {s} report as a CSV export instead, still on Mondays.",
+     "In what format does {old_name} want the {s} report?"),
+    ("Escalations for the {s} go to {old_name}.", "From now on {s} escalations go to {new_name}.",
+     "Who handles escalations for the {s}?"),
+    ("The {s} is pinned to version 2.{day}.", "Bumped the {s} pin to version 3.{day2} today.",
+     "Which version is the {s} pinned to?"),
 ]
-#: Restated, not changed: the same value twice, which must never be marked.
-RESTATED = ("The {s} owner is team-{old}.", "Checked again: the {s} owner is team-{old}.", "Who owns the {s}?")
+#: Restated, not changed: the same value again, which must never be marked.
+RESTATED = [
+    ("The {s} owner is team-{old}.", "Checked again: the {s} owner is team-{old}.", "Who owns the {s}?"),
+    ("{S} on-call: {old_name}", "Confirmed {old_name} is still on call for the {s} this week.",
+     "Who is on call for the {s}?"),
+]
 
 
 def supersession(work: Path, seed: int) -> dict[str, Any]:
@@ -214,19 +235,22 @@ def supersession(work: Path, seed: int) -> dict[str, Any]:
     days: dict[int, list[str]] = {d: [f"- Spent time with {rng.choice(NAMES)} on {rng.choice(TOPICS)}."]
                                   for d in range(DAYS)}
     truth, restated = [], []
-    for n, subject in enumerate(SUBJECTS):
+    #: two facts of each subject, of two kinds (a question about one is not about the other; the owner and
+    #: the team that maintains it are one fact); restated ones on subjects of their own
+    cases = [(SUBJECTS[n % len(SUBJECTS)], CHANGES[(n + n // len(SUBJECTS)) % len(CHANGES)], truth)
+             for n in range(2 * len(SUBJECTS))]
+    cases += [(subject, RESTATED[n % 2], restated) for n, subject in enumerate(RESTATED_SUBJECTS)]
+    for subject, (before, after, question), into in cases:
         old, new = rng.sample(TEAMS, 2)
         old_name, new_name = rng.sample(NAMES, 2)
-        before, after, question = RESTATED if n % 5 == 4 else CHANGES[n % len(CHANGES)]
         fill = {"s": subject, "S": subject[0].upper() + subject[1:], "old": old, "new": new,
-                "old_name": old_name, "new_name": new_name}
+                "old_name": old_name, "new_name": new_name, "day": rng.randrange(1, 28), "day2": rng.randrange(1, 28)}
         a = rng.randrange(0, DAYS - 10)
         b = rng.randrange(a + 3, DAYS)
         days[a].append("- " + before.format(**fill))
         days[b].append("- " + after.format(**fill))
-        case = (question.format(**fill), f"memory/{START + timedelta(days=a)}.md",
-                f"memory/{START + timedelta(days=b)}.md")
-        (restated if before is RESTATED[0] else truth).append(case)
+        into.append((question.format(**fill), f"memory/{START + timedelta(days=a)}.md",
+                     f"memory/{START + timedelta(days=b)}.md"))
     for day, lines in days.items():
         (workspace / "memory" / f"{START + timedelta(days=day)}.md").write_text(
             f"# {START + timedelta(days=day)}\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
@@ -267,7 +291,7 @@ def _settings(work: Path, name: str, workspace: Path, supersede: bool) -> Any:
 def locomo(work: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for on in (False, True):
-        hits = total = marked = 0
+        hits = total = marked = first = asked = 0
         for conv in sorted(LOCOMO.glob("conv-*")):
             settings = _settings(work, f"locomo-{conv.name}", conv, on)
             index_now(settings, "main")
@@ -275,17 +299,22 @@ def locomo(work: Path) -> dict[str, Any]:
             try:
                 for raw in (conv / "qrels.jsonl").read_text(encoding="utf-8").splitlines():
                     q = json.loads(raw)
-                    if q["category"] != 2 or not q["evidence"]:
+                    if q["category"] not in SCORED or not q["evidence"]:
                         continue
-                    total += 1
                     results = dump(service.search("main", SearchRequest(query=q["question"])))["results"]
-                    hits += any(r["path"] == e["path"] and r["startLine"] <= e["line"] <= r["endLine"]
-                                for r in results for e in q["evidence"])
-                    marked += any("supersededBy" in r for r in results)
+                    found = [any(r["path"] == e["path"] and r["startLine"] <= e["line"] <= r["endLine"]
+                                 for e in q["evidence"]) for r in results]
+                    asked += 1
+                    first += bool(found) and found[0]
+                    if q["category"] == 2:
+                        total += 1
+                        hits += any(found)
+                        marked += any("supersededBy" in r for r in results)
             finally:
                 service.close()
         out["after" if on else "before"] = {"questions": total, "R@6": round(hits / total, 3) if total else None,
-                                            "answersWithSupersededBy": marked}
+                                            "answersWithSupersededBy": marked,
+                                            "allQuestions": asked, "allR@1": round(first / asked, 3) if asked else None}
     return out
 
 

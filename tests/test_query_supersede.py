@@ -71,3 +71,31 @@ def test_lines_of_chat_are_not_statements_of_a_value() -> None:
     texts = ["- **Caroline**: Hey Mel, good to see you! How have you been doing lately with the kids?",
              "- **Caroline**: The best moment was when I saw my mentee's face light up at the art show."]
     assert order(results, texts, ["caroline", "mel"]) == results
+
+
+def test_a_new_value_named_with_the_one_it_replaced_supersedes() -> None:
+    results = [_result("memory/2026-03-02.md", 1), _result("memory/2026-03-20.md", 1)]
+    texts = ["- Team-kilo maintains the mail relay.", "- Team-zeta took over the mail relay from team-kilo today."]
+    done = order(results, texts, ["team", "maintains", "mail", "relay"])
+    assert [r.path for r in done] == ["memory/2026-03-20.md", "memory/2026-03-02.md"]
+    assert done[1].superseded_by is not None and done[1].superseded_by.path == "memory/2026-03-20.md"
+    named = ["- Team-kilo maintains the mail relay.", "- Team-kilo took over the mail relay from team-zeta today."]
+    assert order(results, named, ["team", "maintains", "mail", "relay"]) == results  # kilo is not what was left
+
+
+def test_every_newer_value_ranks_above_the_older_line() -> None:
+    results = [_result("memory/2026-03-01.md", 1), _result("memory/2026-03-05.md", 1),
+               _result("memory/2026-03-09.md", 1)]
+    texts = ["- The owner of the VPN is team-lima.\n- The VPN is pinned to version 2.4.",
+             "- Bumped the VPN pin to version 3.1 today.",
+             "- The VPN owner changed to team-sigma."]
+    done = order(results, texts, ["owns", "vpn", "version", "pinn"])  # asked about both of its values
+    assert done[-1].path == "memory/2026-03-01.md"
+    assert done[-1].superseded_by is not None and done[-1].superseded_by.path in {r.path for r in done[:2]}
+
+
+def test_lines_of_a_chat_without_bold_names_are_not_compared_by_their_speaker() -> None:
+    results = [_result("memory/2025-06-08.md", 3), _result("memory/2025-07-04.md", 3)]
+    texts = ["Rohan: I finally tried the Japanese place near the Barbican, very smart.",
+             "Rohan: Judith picked me up at the station on Monday, mostly for the train."]
+    assert order(results, texts, ["rohan", "japanese", "judith"]) == results

@@ -1,24 +1,29 @@
 """Supersession: when a newer line gives a new value for what an older one stated, the newer ranks first.
 
-Among the results of one search, a line that states a value — "the owner of billing is
-team-alpha", "billing's owner changed to team-zeta", "deploy window: Tuesday 14:00" — is read
-as (subject, value): the words before the verb (``is``, ``are``, ``is now``, ``changed to``,
-``moved to``, ``switched to``; else ``:`` or ``=``) and after it. Two lines of different
-results *conflict* when the query is about their subject (its terms start at least half the
-subject's words: other values a result happens to hold are not what was asked), their
-subjects share at least half their content words and their values differ (neither holds
-every word of the other). A subject or value of more than six content words is a sentence,
-not a value, and a speaker label (``**Alice**:``) is not a subject. Of two conflicting lines
-the newer is the one in the later-dated file (``memory/2026-03-05.md`` after
-``memory/2026-03-01.md``), or further down the same undated file; lines of two undated files
-are not compared.
+Among the results of one search, two short lines (statements, not paragraphs of chat) of two
+results *conflict* when they are about the same thing and each states a value the other does
+not. A line's *values* are its tokens that name one thing among many: a number, date or time
+("14:00", "2.4", "12"), an identifier ("team-zeta", "eu-west-1", "a@b.com"), a capitalised word
+that does not start a sentence ("Dana", "March", "PDF"). Its other words (without stop words and
+the words of change: "changed", "moved", "now", "took", …) say what it is about. Two lines are
+about the same thing when they share at least two words (shared values count too), or one when
+nothing but their values differs ("Standup is at 09:30" / "Standup moved to 10:00"), and those
+are at least half the words of the shorter line, and the query asks about them: its keyword
+terms start half the shared words or more, two at least. The newer line must name a value the
+older does not, and the older one a value the newer does not, except where the newer names it
+as what was left: after "from", "instead of", "replacing", "no longer" ("team-zeta took over the
+relay from team-kilo"). A restated value, or one that only adds words, is not a new one. A
+speaker label ("**Caroline**:", "Rohan:" before a sentence) is not part of the line.
 
-The older result is marked ``supersededBy: {path, line}`` (the newer line) and, when it ranked
-above the newer one, the newer one moves up to just before it (scores are left as fused, so
-the list can then hold a higher score below a lower one). memory_get is unchanged.
-What this cannot do: a new value stated without a verb it knows ("team-zeta owns billing
-now" against "billing is owned by team-alpha" has two different subjects), values that differ
-only by synonyms, or a change spread over two lines.
+Of two conflicting lines the newer is the one in the later-dated file (``memory/2026-03-05.md``
+after ``memory/2026-03-01.md``), or further down the same undated file; lines of two undated
+files are not compared. The older result is marked ``supersededBy: {path, line}`` (the newer
+line the query asks most about) and every newer result that ranked below it moves up to just
+before it (scores are left as fused, so the list can then hold a higher score below a lower
+one). memory_get is unchanged. What this cannot do: values that differ only by synonyms or by
+lower-case words ("tea" → "coffee"), a change spread over two lines, a question about one fact
+of a subject when another fact of it changed (the subject's words are what both share), or a
+statement a person wrote later into an older file.
 """
 
 from __future__ import annotations
@@ -31,54 +36,85 @@ from memoryd.services.query.models import SearchResult, SupersededBy
 from memoryd.shared import defaults as d
 
 _DATE = re.compile(r"(\d{4}-\d{2}-\d{2})[^/]*$")
-_VERB = (r"(?:\b(?:has|have|was|were)\s+)?(?:\b(?:changed|moved|switched|went|updated|renamed)\b"
-         r"(?:\s+from\s+.+?)?\s+to\b|\bis now\b|\bare now\b|\bnow is\b|\bis\b|\bare\b)")
-#: A verb first ("Checked again: the owner is team-x" is about the owner); a ``:`` or ``=`` only
-#: where there is none ("Billing on-call: Ivan").
-_CLAIMS = [re.compile(rf"^(?P<subject>.{{3,120}}?)\s*{verb}\s*(?P<value>.{{1,160}})$", re.IGNORECASE)
-           for verb in (_VERB, r"[:=]")]
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
-#: A speaker in front of a line ("**Caroline**: …", "user: …"): who said it, not what it is about.
-_SPEAKER = re.compile(r"^(?:\*\*[^*]{1,40}\*\*|user|assistant)\s*:\s*", re.IGNORECASE)
-_WORD = re.compile(r"[a-z0-9][a-z0-9_'.-]*[a-z0-9]|[a-z0-9]|[\u3400-\u9fff]")
-_STOP = frozenset(re.split(r"\s+", "a an the of to in on at by for with from and or is are was were be been now "
-                                   "our my your its their this that it we i you they has have had new old"))
+#: A speaker in front of a line ("**Caroline**: …", "Rohan: …" before a sentence of three words or
+#: more): who said it, not what it is about. "Standup: 10:00" is a value, not an utterance.
+_SPEAKER = re.compile(r"^(?:\*\*[^*]{1,40}\*\*\s*:|[A-Z][\w'-]{0,30}:(?=(?:\s+\S+){3}))\s*")
+_TOKEN = re.compile(r"[A-Za-z0-9][\w'.@:/+-]*[A-Za-z0-9]|[A-Za-z0-9]")
+#: Only blanks, quotes or a sentence's end before a token: a capital there starts a sentence.
+_SENTENCE_START = re.compile(r"(?:^|[.;!?])[\s\"'(*]*$")
+_STOP = frozenset(re.split(r"\s+", """a an the of to in on at by for with from and or is are was were be been
+    being am our my your its their this that these those it we i you he she they them us me has have had do does
+    did will would can could should may might must shall new old not no so as if then than but also just still
+    again every each all any some there here which who what when where why how about into onto over via per"""))
+#: Words that say a value changed, not what it is about.
+_CHANGE = frozenset(re.split(r"\s+", """now changed change changes moved move moves switched switch switches
+    updated update renamed became become becomes went goes go took take takes taken over replaced replacing
+    instead longer anymore today yesterday from since starting effective bumped slipped pushed set"""))
+#: What follows names the value that was left: "took over from team-kilo", "instead of PDF".
+_LEFT = frozenset({"from", "replacing", "replaced", "instead", "longer"})
 
 
 @dataclass(frozen=True)
-class Claim:
+class Statement:
     result: int  # index in the results
     line: int
-    subject: frozenset[str]
-    value: frozenset[str]
+    words: frozenset[str]  # what it is about, and its values
+    values: frozenset[str]
+    left: frozenset[str]  # values it names as the ones that were left
 
 
-def _words(text: str) -> frozenset[str]:
-    return frozenset(w.strip(".'") for w in _WORD.findall(text.lower()) if w.strip(".'") not in _STOP)
+def _stem(word: str) -> str:
+    word = word.lower().strip(".'").removesuffix("'s")
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")) else word
 
 
-def claims(index: int, start_line: int, text: str) -> list[Claim]:
-    out = []
-    for offset, raw in enumerate(text.split("\n")):
-        line = _SPEAKER.sub("", _BULLET.sub("", raw).strip()).strip().rstrip(".")
-        match = next((m for c in _CLAIMS if (m := c.match(line))), None) if line and not line.startswith("#") \
-            else None
-        if match:
-            subject, value = _words(match["subject"]), _words(match["value"])
-            if 0 < len(subject) <= d.SUPERSEDE_MAX_PART_WORDS and 0 < len(value) <= d.SUPERSEDE_MAX_PART_WORDS:
-                out.append(Claim(index, start_line + offset, subject, value))
-    return out
+def _is_value(token: str, first: bool) -> bool:
+    return (any(c.isdigit() for c in token) or any(c in token for c in "-@/_")
+            or (not first and token[0].isupper()) or (len(token) > 1 and token.isupper()))
 
 
-def _asked(claim: Claim, terms: Sequence[str]) -> bool:
-    """The query is about the claim's subject: its terms (stems) start half its words or more."""
-    hits = sum(any(word.startswith(term) for term in terms) for word in claim.subject)
-    return hits * 2 >= len(claim.subject)
+def statement(index: int, line_no: int, raw: str) -> Statement | None:
+    """The words and values of one line, or None when it is no short statement."""
+    line = _SPEAKER.sub("", _BULLET.sub("", raw).strip()).strip()
+    if not line or line.startswith(("#", "```", "|", ">")):
+        return None
+    tokens = list(_TOKEN.finditer(line))
+    if not 3 <= len(tokens) <= d.SUPERSEDE_MAX_LINE_WORDS:
+        return None
+    words, values, left = set(), set(), set()
+    after_left = False
+    for found in tokens:
+        token, stem = found.group(), _stem(found.group())
+        if stem not in _STOP and stem not in _CHANGE:
+            words.add(stem)
+            if _is_value(token, _SENTENCE_START.search(line, 0, found.start()) is not None):
+                values.add(stem)
+                if after_left:
+                    left.add(stem)
+        after_left = stem in _LEFT or (after_left and stem in ("of", "the", "a", "an"))
+    return Statement(index, line_no, frozenset(words), frozenset(values), frozenset(left))
 
 
-def _conflict(a: Claim, b: Claim) -> bool:
-    shared = len(a.subject & b.subject) / len(a.subject | b.subject)
-    return shared >= d.SUPERSEDE_SUBJECT_OVERLAP and not (a.value <= b.value or b.value <= a.value)
+def _about(shared: frozenset[str], terms: Sequence[str]) -> int:
+    """How well the query asks about what two lines share: the shared words its terms (stems) start (of
+    a word with hyphens, a part: "call" asks about "on-call"); 0 unless that is half of them, and two
+    (or all, when fewer are shared)."""
+    stems = [_stem(term) for term in terms]
+    hits = sum(any(part.startswith(stem) for stem in stems for part in (word, *word.split("-"))) for word in shared)
+    enough = hits >= min(d.SUPERSEDE_MIN_SHARED_WORDS, len(shared)) and hits * 2 >= len(shared)
+    return hits if enough else 0
+
+
+def _conflict(older: Statement, newer: Statement, terms: Sequence[str]) -> int:
+    """How well the query asks about two lines where the newer gives a new value (0: it does not)."""
+    shared = older.words & newer.words
+    only_values_differ = shared >= older.words - older.values and shared >= newer.words - newer.values
+    if not shared or (len(shared) < d.SUPERSEDE_MIN_SHARED_WORDS and not only_values_differ) \
+            or len(shared) < d.SUPERSEDE_SHARED_SHARE * min(len(older.words), len(newer.words)):
+        return 0
+    gone = older.values - (newer.words - newer.left)
+    return _about(shared, terms) if gone and newer.values - older.words else 0
 
 
 def _when(result: SearchResult) -> str | None:
@@ -86,39 +122,38 @@ def _when(result: SearchResult) -> str | None:
     return found.group(1) if found else None
 
 
-def _newer(results: Sequence[SearchResult], a: Claim, b: Claim) -> Claim | None:
-    """The newer of two conflicting claims, or None when their order is not known."""
+def _ordered(results: Sequence[SearchResult], a: Statement, b: Statement) -> tuple[Statement, Statement] | None:
+    """(older, newer) of two statements, or None when their order is not known."""
     ra, rb = results[a.result], results[b.result]
     da, db = _when(ra), _when(rb)
     if da and db and da != db:
-        return a if da > db else b
+        return (b, a) if da > db else (a, b)
     if ra.path == rb.path and a.line != b.line:
-        return a if a.line > b.line else b
+        return (b, a) if a.line > b.line else (a, b)
     return None
 
 
 def order(results: list[SearchResult], texts: Sequence[str], terms: Sequence[str]) -> list[SearchResult]:
     """``results`` (``texts``: each one's full text from its ``startLine``) with supersession applied,
     for the statements the query is about (``terms``: its keyword terms, lower case, stems)."""
-    found = [c for i, (r, t) in enumerate(zip(results, texts, strict=True)) for c in claims(i, r.start_line, t)
-             if _asked(c, terms)]
-    newer_of: dict[int, Claim] = {}
+    found = [s for i, (r, t) in enumerate(zip(results, texts, strict=True))
+             for offset, raw in enumerate(t.split("\n")) if (s := statement(i, r.start_line + offset, raw))]
+    newer_of: dict[int, list[tuple[int, Statement]]] = {}  # older result: (how well asked, newer line)
     for i, a in enumerate(found):
         for b in found[i + 1:]:
-            if a.result == b.result or not _conflict(a, b):
-                continue
-            new = _newer(results, a, b)
-            if new is not None:
-                old = b if new is a else a
-                newer_of.setdefault(old.result, new)
+            pair = _ordered(results, a, b) if a.result != b.result else None
+            if pair is not None and (asked := _conflict(*pair, terms)):
+                newer_of.setdefault(pair[0].result, []).append((asked, pair[1]))
     if not newer_of:
         return results
-    marked = [r.model_copy(update={"superseded_by": SupersededBy(path=results[newer_of[i].result].path,
-                                                                  line=newer_of[i].line)})
-              if i in newer_of else r for i, r in enumerate(results)]
+    marks = {old: max(newers, key=lambda n: n[0])[1] for old, newers in newer_of.items()}  # the best asked
+    marked = [r.model_copy(update={"superseded_by": SupersededBy(path=results[marks[i].result].path,
+                                                                  line=marks[i].line)})
+              if i in marks else r for i, r in enumerate(results)]
     ranked = list(range(len(results)))
-    for old, new in sorted(newer_of.items()):
-        if ranked.index(new.result) > ranked.index(old):
-            ranked.remove(new.result)
-            ranked.insert(ranked.index(old), new.result)
+    for old, newers in sorted(newer_of.items()):
+        for new in sorted({n.result for _, n in newers}):  # each newer one above the older
+            if ranked.index(new) > ranked.index(old):
+                ranked.remove(new)
+                ranked.insert(ranked.index(old), new)
     return [marked[i] for i in ranked]
