@@ -28,6 +28,7 @@ statement a person wrote later into an older file.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,6 +77,13 @@ def _is_value(token: str, first: bool) -> bool:
 
 def statement(index: int, line_no: int, raw: str) -> Statement | None:
     """The words and values of one line, or None when it is no short statement."""
+    parsed = _parse(raw)
+    return Statement(index, line_no, *parsed) if parsed is not None else None
+
+
+@functools.lru_cache(maxsize=d.SUPERSEDE_PARSED_LINES)
+def _parse(raw: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]] | None:
+    """(words, values, left) of a line: the same lines come back search after search."""
     line = _SPEAKER.sub("", _BULLET.sub("", raw).strip()).strip()
     if not line or line.startswith(("#", "```", "|", ">")):
         return None
@@ -93,33 +101,37 @@ def statement(index: int, line_no: int, raw: str) -> Statement | None:
                 if after_left:
                     left.add(stem)
         after_left = stem in _LEFT or (after_left and stem in ("of", "the", "a", "an"))
-    return Statement(index, line_no, frozenset(words), frozenset(values), frozenset(left))
+    return frozenset(words), frozenset(values), frozenset(left)
 
 
-def _about(shared: frozenset[str], terms: Sequence[str]) -> int:
-    """How well the query asks about what two lines share: the shared words its terms (stems) start (of
-    a word with hyphens, a part: "call" asks about "on-call"); 0 unless that is half of them, and two
-    (or all, when fewer are shared)."""
-    stems = [_stem(term) for term in terms]
-    hits = sum(any(part.startswith(stem) for stem in stems for part in (word, *word.split("-"))) for word in shared)
-    enough = hits >= min(d.SUPERSEDE_MIN_SHARED_WORDS, len(shared)) and hits * 2 >= len(shared)
-    return hits if enough else 0
+def _asked_words(words: frozenset[str], stems: Sequence[str]) -> frozenset[str]:
+    """The words the query's terms (stems) start (of a word with hyphens, a part: "call" asks about "on-call")."""
+    return frozenset(w for w in words if any(part.startswith(stem) for stem in stems for part in (w, *w.split("-"))))
 
 
-def _conflict(older: Statement, newer: Statement, terms: Sequence[str]) -> int:
-    """How well the query asks about two lines where the newer gives a new value (0: it does not)."""
+def _conflict(older: Statement, newer: Statement, asked: frozenset[str]) -> int:
+    """How well the query asks about two lines where the newer gives a new value: the shared words it
+    asks about (``asked``: of either line); 0 when the newer gives no new value, or the query asks
+    about less than half the shared words, or fewer than two (all, when fewer are shared)."""
     shared = older.words & newer.words
     only_values_differ = shared >= older.words - older.values and shared >= newer.words - newer.values
     if not shared or (len(shared) < d.SUPERSEDE_MIN_SHARED_WORDS and not only_values_differ) \
             or len(shared) < d.SUPERSEDE_SHARED_SHARE * min(len(older.words), len(newer.words)):
         return 0
-    gone = older.values - (newer.words - newer.left)
-    return _about(shared, terms) if gone and newer.values - older.words else 0
+    if not (older.values - (newer.words - newer.left)) or not (newer.values - older.words):
+        return 0
+    hits = len(shared & asked)
+    return hits if hits >= min(d.SUPERSEDE_MIN_SHARED_WORDS, len(shared)) and hits * 2 >= len(shared) else 0
 
 
 def _when(result: SearchResult) -> str | None:
     found = _DATE.search(result.path)
     return found.group(1) if found else None
+
+
+def _order_known(a: SearchResult, b: SearchResult) -> bool:
+    da, db = _when(a), _when(b)
+    return bool(da and db and da != db) or a.path == b.path
 
 
 def _ordered(results: Sequence[SearchResult], a: Statement, b: Statement) -> tuple[Statement, Statement] | None:
@@ -136,14 +148,26 @@ def _ordered(results: Sequence[SearchResult], a: Statement, b: Statement) -> tup
 def order(results: list[SearchResult], texts: Sequence[str], terms: Sequence[str]) -> list[SearchResult]:
     """``results`` (``texts``: each one's full text from its ``startLine``) with supersession applied,
     for the statements the query is about (``terms``: its keyword terms, lower case, stems)."""
-    found = [s for i, (r, t) in enumerate(zip(results, texts, strict=True))
-             for offset, raw in enumerate(t.split("\n")) if (s := statement(i, r.start_line + offset, raw))]
+    comparable = [i for i, r in enumerate(results)
+                  if any(j != i and _order_known(r, other) for j, other in enumerate(results))]
+    stems = [_stem(term) for term in terms]
+    found: list[tuple[Statement, frozenset[str]]] = []  # a statement with values, and the words asked of it
+    for i in comparable:
+        for offset, raw in enumerate(texts[i].split("\n")):
+            if (s := statement(i, results[i].start_line + offset, raw)) and s.values \
+                    and (asked := _asked_words(s.words, stems)):
+                found.append((s, asked))
+    by_word: dict[str, list[int]] = {}
+    for n, (_, asked) in enumerate(found):
+        for word in asked:
+            by_word.setdefault(word, []).append(n)
+    pairs = {(x, y) for group in by_word.values() for i, x in enumerate(group) for y in group[i + 1:]
+             if found[x][0].result != found[y][0].result}  # only lines that share a word the query asks about
     newer_of: dict[int, list[tuple[int, Statement]]] = {}  # older result: (how well asked, newer line)
-    for i, a in enumerate(found):
-        for b in found[i + 1:]:
-            pair = _ordered(results, a, b) if a.result != b.result else None
-            if pair is not None and (asked := _conflict(*pair, terms)):
-                newer_of.setdefault(pair[0].result, []).append((asked, pair[1]))
+    for x, y in sorted(pairs):
+        pair = _ordered(results, found[x][0], found[y][0])
+        if pair is not None and (how := _conflict(*pair, found[x][1] | found[y][1])):
+            newer_of.setdefault(pair[0].result, []).append((how, pair[1]))
     if not newer_of:
         return results
     marks = {old: max(newers, key=lambda n: n[0])[1] for old, newers in newer_of.items()}  # the best asked
