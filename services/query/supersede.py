@@ -129,18 +129,18 @@ def _when(result: SearchResult) -> str | None:
     return found.group(1) if found else None
 
 
-def _order_known(a: SearchResult, b: SearchResult) -> bool:
-    da, db = _when(a), _when(b)
-    return bool(da and db and da != db) or a.path == b.path
+def _order_known(results: Sequence[SearchResult], dates: Sequence[str | None], i: int, j: int) -> bool:
+    """Whether results ``i`` and ``j`` have an order: two dates (``dates``: each result's file date), or one file."""
+    return bool(dates[i] and dates[j] and dates[i] != dates[j]) or results[i].path == results[j].path
 
 
-def _ordered(results: Sequence[SearchResult], a: Statement, b: Statement) -> tuple[Statement, Statement] | None:
+def _ordered(results: Sequence[SearchResult], dates: Sequence[str | None], a: Statement,
+             b: Statement) -> tuple[Statement, Statement] | None:
     """(older, newer) of two statements, or None when their order is not known."""
-    ra, rb = results[a.result], results[b.result]
-    da, db = _when(ra), _when(rb)
+    da, db = dates[a.result], dates[b.result]
     if da and db and da != db:
         return (b, a) if da > db else (a, b)
-    if ra.path == rb.path and a.line != b.line:
+    if results[a.result].path == results[b.result].path and a.line != b.line:
         return (b, a) if a.line > b.line else (a, b)
     return None
 
@@ -148,8 +148,9 @@ def _ordered(results: Sequence[SearchResult], a: Statement, b: Statement) -> tup
 def order(results: list[SearchResult], texts: Sequence[str], terms: Sequence[str]) -> list[SearchResult]:
     """``results`` (``texts``: each one's full text from its ``startLine``) with supersession applied,
     for the statements the query is about (``terms``: its keyword terms, lower case, stems)."""
-    comparable = [i for i, r in enumerate(results)
-                  if any(j != i and _order_known(r, other) for j, other in enumerate(results))]
+    dates = [_when(r) for r in results]
+    comparable = [i for i in range(len(results))
+                  if any(j != i and _order_known(results, dates, i, j) for j in range(len(results)))]
     stems = [_stem(term) for term in terms]
     found: list[tuple[Statement, frozenset[str]]] = []  # a statement with values, and the words asked of it
     for i in comparable:
@@ -165,7 +166,7 @@ def order(results: list[SearchResult], texts: Sequence[str], terms: Sequence[str
              if found[x][0].result != found[y][0].result}  # only lines that share a word the query asks about
     newer_of: dict[int, list[tuple[int, Statement]]] = {}  # older result: (how well asked, newer line)
     for x, y in sorted(pairs):
-        pair = _ordered(results, found[x][0], found[y][0])
+        pair = _ordered(results, dates, found[x][0], found[y][0])
         if pair is not None and (how := _conflict(*pair, found[x][1] | found[y][1])):
             newer_of.setdefault(pair[0].result, []).append((how, pair[1]))
     if not newer_of:
