@@ -45,3 +45,23 @@ def test_an_indexer_starting_on_a_redis_that_holds_work_does_not_redo_it(workspa
     (found,) = Workspace(settings.agent("main")).scan()
     bus.emit("chunk", [changed_event(bus, "main", found, origin="index")])  # `memoryd index` queued it
     assert Recovery(bus).check(settings) == {} and _queued(bus, "chunk") == 1
+
+
+def test_an_indexer_whose_first_look_falls_inside_an_emit_finds_nothing_lost(workspace: Path, make_settings,
+                                                                             redis_url: str) -> None:
+    """A fresh Redis: the watcher's first emit has logged its event but not queued it yet when a
+    starting indexer looks (CI saw it with the Procfile: "re-driven … after Redis lost its queues")."""
+    (workspace / "memory" / "a.md").write_text("- a fact\n")
+    settings, _ = make_settings(workspace, redis=redis_url)
+    bus = Bus(redis.Redis.from_url(redis_url), settings)
+    (found,) = Workspace(settings.agent("main")).scan()
+    indexer, looked = Recovery(bus), []
+    append = bus.record.append
+
+    def append_then_look(events):  # the indexer's first check, between the log append and the enqueue
+        append(events)
+        looked.append(indexer.check(settings))
+
+    bus.record.append = append_then_look
+    bus.emit("chunk", [changed_event(bus, "main", found, origin="watch")])
+    assert looked == [{}] and _queued(bus, "chunk") == 1  # queued once, nothing re-driven

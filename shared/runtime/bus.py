@@ -134,11 +134,13 @@ class Bus:
         """Log ``events`` and enqueue them, as one batch, for the job ``job`` (a key of JOBS)."""
         if not events:
             return
+        # Redis is about to hold queued work: a new value here after a flush tells recovery it lost some.
+        # Set before the log append, so an indexer looking between the append and the enqueue does not
+        # take this emit's logged event for lost work.
+        self.conn.set(self.key(LOG_EPOCH), uuid.uuid4().hex, nx=True)
         self.log(events)
         payloads = [e.model_dump_json() for e in events]
         self.enqueue(job, payloads, job_id=job_id, bulk=bulk)
-        # Redis holds queued work now: a new value here after a flush tells recovery it lost some.
-        self.conn.set(self.key(LOG_EPOCH), uuid.uuid4().hex, nx=True)
 
     def note_reconciled(self, agent: str) -> None:
         self.conn.hset(self.key("reconciled"), agent, time.time())
