@@ -20,6 +20,11 @@
 - ``locomo``: R@6 of the temporal questions (category 2) of ../shared/locomo-dev, supersession
   off and on, how many of their answers hold a result marked ``supersededBy``, and R@1 of all
   its scored questions (bench/locomo.py) (read from there, never copied; see its README for the scoring rule).
+- ``cost``: what supersession adds to a search where it has the most to compare: 80 daily logs of
+  60 short statements each, from 8 templates over 12 subjects and 12 names (every line a
+  statement with values, every result ~25 of them), the ``hash`` provider so that no model's
+  time hides it; 200 questions about those subjects, each asked with supersession off and on
+  (alternating which goes first); p50 and mean ms of each, and how many answers hold a mark.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 import tempfile
+import time
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -279,9 +286,50 @@ def supersession(work: Path, seed: int) -> dict[str, Any]:
     return out
 
 
-def _settings(work: Path, name: str, workspace: Path, supersede: bool) -> Any:
-    config = work / f"{name}.json"
-    search = {"provider": "local", "query": {"supersede": supersede}}
+COST_TEMPLATES = ["- The {s} on-call is {n}", "- {n} owns the {s} now", "- The {s} moved to region eu-{k}",
+                  "- The {s} deadline is 2026-04-{d:02d}", "- {n} reviewed the {s} at {h}:00",
+                  "- The {s} version is 2.{k}", "- Asked {n} about the {s} budget of {k}00 euros",
+                  "- The {s} standup is at {h}:30 with {n}"]
+COST_ASKED = ["deadline", "version", "region", "standup", "owner"]
+
+
+def cost(work: Path, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    workspace = work / "cost"
+    (workspace / "memory").mkdir(parents=True)
+    subjects = SUBJECTS[:12]
+    for n in range(80):
+        day = START + timedelta(days=n)
+        lines = [rng.choice(COST_TEMPLATES).format(s=rng.choice(subjects), n=rng.choice(NAMES), k=rng.randint(1, 9),
+                                                   d=rng.randint(1, 28), h=rng.randint(8, 17)) for _ in range(60)]
+        (workspace / "memory" / f"{day}.md").write_text(f"# {day}\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    questions = [f"who is the {rng.choice(subjects)} on-call now" if n % 3 == 0
+                 else f"what is the {rng.choice(subjects)} {rng.choice(COST_ASKED)}" for n in range(200)]
+    services = {on: QueryService(_settings(work, "cost", workspace, on, provider="hash")) for on in (False, True)}
+    index_now(_settings(work, "cost", workspace, False, provider="hash"), "main")
+    ms: dict[bool, list[float]] = {False: [], True: []}
+    marked = 0
+    try:
+        for question in questions[:20]:  # warm both
+            for service in services.values():
+                service.search("main", SearchRequest(query=question))
+        for n, question in enumerate(questions):
+            for on in ((False, True) if n % 2 else (True, False)):
+                started = time.perf_counter()
+                answer = dump(services[on].search("main", SearchRequest(query=question)))
+                ms[on].append((time.perf_counter() - started) * 1000)
+                marked += on and any("supersededBy" in r for r in answer["results"])
+    finally:
+        for service in services.values():
+            service.close()
+    return {"questions": len(questions), "answersMarked": marked,
+            **{f"{'on' if on else 'off'}{k}": round(f(ms[on]), 2) for on in (False, True)
+               for k, f in (("P50Ms", statistics.median), ("MeanMs", statistics.mean))}}
+
+
+def _settings(work: Path, name: str, workspace: Path, supersede: bool, provider: str = "local") -> Any:
+    config = work / f"{name}-{supersede}.json"
+    search = {"provider": provider, "query": {"supersede": supersede}}
     config.write_text(json.dumps({"agents": {"defaults": {"memorySearch": search},
                                              "list": [{"id": "main", "workspace": str(workspace)}]},
                                   "memoryd": {"stateDir": str(work / f"state-{name}")}}), encoding="utf-8")
@@ -329,7 +377,7 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         started = datetime.now()
         result: dict[str, Any] = {"proposals": proposals(work, args.seed),
-                                  "supersession": supersession(work, args.seed)}
+                                  "supersession": supersession(work, args.seed), "cost": cost(work, args.seed)}
         if not args.no_locomo and LOCOMO.is_dir():
             result["locomo"] = locomo(work)
         result["seconds"] = round((datetime.now() - started).total_seconds(), 1)

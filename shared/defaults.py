@@ -82,11 +82,10 @@ HALF_LIFE_DAYS = 30.0
 OTHER_SOURCE_WEIGHT = 0.9
 #: Sources other than the agent's own memory (extraPaths) weigh OTHER_SOURCE_WEIGHT: on by default.
 SOURCE_BALANCE_ENABLED = True
-#: Supersession off by default for now: it puts the newer of two differing values first (bench/curation.py's
-#: set: newer first 0.425 -> 1.0, no restated value marked) with no loss of R@1 (locomo-dev 0.638 -> 0.638,
-#: the recall set 0.619 -> 0.621 tune), but it costs +6.5 ms a search on results of many short lines (3.7 ->
-#: 10.2 ms) and that cost is not yet bounded. On per agent with memorySearch.query.supersede.
-SUPERSEDE_ENABLED = False
+#: Supersession on by default: it puts the newer of two differing values first (bench/curation.py's set:
+#: newer first 0.425 -> 1.0, no restated value marked) with no loss of R@1 (locomo-dev 0.638 -> 0.638, the
+#: recall set 0.619 -> 0.621 tune); its cost is bounded by SUPERSEDE_MAX_PAIRS (bench/curation.py "cost").
+SUPERSEDE_ENABLED = True
 
 # --- embedding providers ------------------------------------------------------------------
 #: "auto": OpenAI when an API key is set, else the offline local model (SPEC: provider selection).
@@ -414,6 +413,8 @@ SUPERSEDE_MIN_SHARED_WORDS = 2
 SUPERSEDE_SHARED_SHARE = 0.5
 #: Lines whose words and values supersession keeps parsed (per process, ~1 KB each).
 SUPERSEDE_PARSED_LINES = 20_000
+#: Pairs of lines one search compares at most, the best-ranked results' first: the bound on its cost.
+SUPERSEDE_MAX_PAIRS = 500
 #: Seconds `git commit` of one file may take.
 GIT_TIMEOUT_SECONDS = 30
 #: Decided proposals the review file still lists, newest first.

@@ -9,6 +9,7 @@ from inline_index import index_now
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import GetRequest, SearchRequest, SearchResult, dump
 from memoryd.services.query.supersede import order
+from memoryd.shared import defaults as d
 
 
 def _result(path: str, line: int) -> SearchResult:
@@ -99,3 +100,11 @@ def test_lines_of_a_chat_without_bold_names_are_not_compared_by_their_speaker() 
     texts = ["Rohan: I finally tried the Japanese place near the Barbican, very smart.",
              "Rohan: Judith picked me up at the station on Monday, mostly for the train."]
     assert order(results, texts, ["rohan", "japanese", "judith"]) == results
+
+
+def test_a_search_compares_at_most_the_bounded_number_of_line_pairs(monkeypatch) -> None:
+    results = [_result("memory/2026-03-01.md", 1), _result("memory/2026-03-05.md", 1)]
+    texts = ["- The VPN on-call is Heidi", "- The VPN on-call is now Mallory"]
+    assert order(results, texts, ["vpn", "call"])[0].path == "memory/2026-03-05.md"
+    monkeypatch.setattr(d, "SUPERSEDE_MAX_PAIRS", 0)
+    assert order(results, texts, ["vpn", "call"]) == results

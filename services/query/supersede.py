@@ -104,24 +104,42 @@ def _parse(raw: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]] | 
     return frozenset(words), frozenset(values), frozenset(left)
 
 
-def _asked_words(words: frozenset[str], stems: Sequence[str]) -> frozenset[str]:
-    """The words the query's terms (stems) start (of a word with hyphens, a part: "call" asks about "on-call")."""
-    return frozenset(w for w in words if any(part.startswith(stem) for stem in stems for part in (w, *w.split("-"))))
+class _Asked:
+    """Which words of a line the query's terms (stems) start (of a word with hyphens, a part: "call"
+    asks about "on-call"); looked at once per search for each word and each line's set of words."""
+
+    def __init__(self, stems: Sequence[str]) -> None:
+        self._starts = re.compile("(?:^|-)(?:" + "|".join(map(re.escape, sorted(set(stems)))) + ")") if stems else None
+        self._words: dict[str, bool] = {}
+        self._lines: dict[frozenset[str], frozenset[str]] = {}
+
+    def __call__(self, words: frozenset[str]) -> frozenset[str]:
+        if (asked := self._lines.get(words)) is None:
+            asked = self._lines[words] = frozenset(w for w in words if self._asks(w))
+        return asked
+
+    def _asks(self, word: str) -> bool:
+        if (known := self._words.get(word)) is None:
+            known = self._words[word] = self._starts is not None and self._starts.search(word) is not None
+        return known
 
 
 def _conflict(older: Statement, newer: Statement, asked: frozenset[str]) -> int:
     """How well the query asks about two lines where the newer gives a new value: the shared words it
-    asks about (``asked``: of either line); 0 when the newer gives no new value, or the query asks
-    about less than half the shared words, or fewer than two (all, when fewer are shared)."""
+    asks about (``asked``: the words it asks about of either line); 0 when the newer gives no new
+    value, or the query asks about less than half the shared words, or fewer than two (all, when
+    fewer are shared)."""
     shared = older.words & newer.words
-    only_values_differ = shared >= older.words - older.values and shared >= newer.words - newer.values
-    if not shared or (len(shared) < d.SUPERSEDE_MIN_SHARED_WORDS and not only_values_differ) \
+    hits = len(shared & asked)
+    if not hits or hits < min(d.SUPERSEDE_MIN_SHARED_WORDS, len(shared)) or hits * 2 < len(shared) \
             or len(shared) < d.SUPERSEDE_SHARED_SHARE * min(len(older.words), len(newer.words)):
         return 0
+    if len(shared) < d.SUPERSEDE_MIN_SHARED_WORDS and not (shared >= older.words - older.values
+                                                           and shared >= newer.words - newer.values):
+        return 0  # one shared word is enough only when nothing but the values differs
     if not (older.values - (newer.words - newer.left)) or not (newer.values - older.words):
         return 0
-    hits = len(shared & asked)
-    return hits if hits >= min(d.SUPERSEDE_MIN_SHARED_WORDS, len(shared)) and hits * 2 >= len(shared) else 0
+    return hits
 
 
 def _when(result: SearchResult) -> str | None:
@@ -151,23 +169,22 @@ def order(results: list[SearchResult], texts: Sequence[str], terms: Sequence[str
     dates = [_when(r) for r in results]
     comparable = [i for i in range(len(results))
                   if any(j != i and _order_known(results, dates, i, j) for j in range(len(results)))]
-    stems = [_stem(term) for term in terms]
+    asked_of = _Asked([_stem(term) for term in terms])
     found: list[tuple[Statement, frozenset[str]]] = []  # a statement with values, and the words asked of it
     for i in comparable:
         for offset, raw in enumerate(texts[i].split("\n")):
-            if (s := statement(i, results[i].start_line + offset, raw)) and s.values \
-                    and (asked := _asked_words(s.words, stems)):
-                found.append((s, asked))
+            if (parsed := _parse(raw)) is not None and parsed[1] and (asked := asked_of(parsed[0])):
+                found.append((Statement(i, results[i].start_line + offset, *parsed), asked))
     by_word: dict[str, list[int]] = {}
     for n, (_, asked) in enumerate(found):
         for word in asked:
             by_word.setdefault(word, []).append(n)
-    pairs = {(x, y) for group in by_word.values() for i, x in enumerate(group) for y in group[i + 1:]
-             if found[x][0].result != found[y][0].result}  # only lines that share a word the query asks about
+    pairs = sorted({(x, y) for group in by_word.values() for i, x in enumerate(group) for y in group[i + 1:]
+                    if found[x][0].result != found[y][0].result})  # lines that share a word the query asks about
     newer_of: dict[int, list[tuple[int, Statement]]] = {}  # older result: (how well asked, newer line)
-    for x, y in sorted(pairs):
+    for x, y in pairs[:d.SUPERSEDE_MAX_PAIRS]:  # the best-ranked results' lines first
         pair = _ordered(results, dates, found[x][0], found[y][0])
-        if pair is not None and (how := _conflict(*pair, found[x][1] | found[y][1])):
+        if pair is not None and (how := _conflict(*pair, found[x][1])):  # shared words: asked of both alike
             newer_of.setdefault(pair[0].result, []).append((how, pair[1]))
     if not newer_of:
         return results
