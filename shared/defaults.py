@@ -104,6 +104,9 @@ WINDOW_OVERLAP = 24
 #: cores (21.8 chunks/s against 20 with 8 and 16.5 with 16) and pads least within an embed
 #: job's mixed widths (20.5 against 18 with 8).
 LOCAL_BATCH = 4
+#: Weights of at least this many bytes are mapped from the machine's shared optimised copy of the local
+#: model (shared/embed/onnxshare.py); smaller ones (biases, norms) stay in the model file.
+SHARED_MODEL_MIN_MAPPED_BYTES = 1024
 #: ONNX threads of the query service's model (workers always use one): a short query embeds
 #: in 4.8 ms on two threads against 6.5 ms on one, and without spin-waiting the second
 #: thread costs nothing when the workers need the core.
@@ -248,6 +251,10 @@ ORPHAN_SWEEP_SECONDS = 2.0
 ALIVE_TTL_SECONDS = 5.0
 #: How often every memoryd process with workers refreshes its heartbeat key: one SET a second.
 ALIVE_BEAT_SECONDS = 1.0
+#: A worker idle this long after a job collects garbage and returns freed heap to the system
+#: (shared/runtime/settle.py), once per idle stretch; checked every SETTLE_CHECK_SECONDS.
+SETTLE_IDLE_SECONDS = 10.0
+SETTLE_CHECK_SECONDS = 2.0
 #: A job may sit in RQ's intermediate queue between dequeue and start for milliseconds;
 #: one still there after this long, with no execution, was taken by a worker that died.
 STUCK_INTERMEDIATE_SECONDS = 10.0

@@ -39,11 +39,18 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The suite's one folder for the shared optimised copy of the local model (shared/embed/onnxshare.py)."""
+    return tmp_path_factory.mktemp("model-cache")
+
+
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_cache: Path) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(model_cache))
     monkeypatch.setenv("MEMORYD_STATE_DIR", str(tmp_path / "state"))
     # The machine's own Redis on 127.0.0.1:6379 is never used by a test: nothing listens on port 1.
     monkeypatch.setenv("MEMORYD_LOCAL_REDIS_URL", CLOSED_REDIS_URL)

@@ -47,6 +47,11 @@ class VectorLRU:
                 self.items.move_to_end(key)
             return value
 
+    def close(self) -> None:
+        """Forget every vector (an idle worker's memory comes back down; the disk cache keeps them)."""
+        with self.lock:
+            self.items.clear()
+
     def put(self, key: tuple[str, str], value: np.ndarray) -> None:
         with self.lock:
             self.items[key] = value

