@@ -5,7 +5,11 @@
 ``hash`` provider so the figures are the pipeline's and the service's, not a model's:
 
 - ``processes``: resident memory (MB) and open file descriptors of each process, after
-  every agent was searched and after the import below;
+  every agent was searched, at the end of the fairness window, and once the import has
+  finished, every queue is empty and the workers have been idle long enough to settle
+  (``processes_after_import_settled``);
+- ``import``: the import's exit code and seconds, when every queue was empty, and the jobs
+  left in any queue (goal: none);
 - ``query``: memory_search over HTTP to a random agent each time: p50 / p99 (ms);
 - ``edit_to_searchable``: a one-line edit to a random agent's file until memory_search
   over HTTP finds it (debounce included, 1.5 s): p50 / p95 / max (s);
@@ -39,6 +43,7 @@ from pathlib import Path
 import httpx
 import psutil
 import redis as redis_client
+from rq.registry import StartedJobRegistry
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # tests/inline_index.py: the pipeline in one process
@@ -47,6 +52,7 @@ from inline_index import index_now  # noqa: E402
 
 from memoryd.shared.config.loader import load_settings  # noqa: E402
 from memoryd.shared.config.settings import Settings  # noqa: E402
+from memoryd.shared.defaults import SETTLE_CHECK_SECONDS, SETTLE_IDLE_SECONDS  # noqa: E402
 from memoryd.shared.exceptions import IndexMissing  # noqa: E402
 from memoryd.shared.index.store import IndexReader  # noqa: E402
 from memoryd.shared.runtime.bus import Bus  # noqa: E402
@@ -124,7 +130,9 @@ def _processes(procs: dict[str, subprocess.Popen[bytes]]) -> dict[str, dict[str,
     out = {}
     for name, proc in procs.items():
         p = psutil.Process(proc.pid)
-        out[name] = {"rss_mb": round(p.memory_info().rss / 2**20, 1), "open_fds": p.num_fds()}
+        full = p.memory_full_info()  # PSS: a page shared with other processes counts in shares
+        out[name] = {"rss_mb": round(full.rss / 2**20, 1), "pss_mb": round(full.pss / 2**20, 1),
+                     "open_fds": p.num_fds()}
     return out
 
 
@@ -179,6 +187,29 @@ def _indexed(settings: Settings, agent: str) -> int:
 def _summary(samples: list[float]) -> dict[str, float]:
     return {"n": len(samples), "p50_s": round(_pct(samples, 0.5), 2), "p95_s": round(_pct(samples, 0.95), 2),
             "max_s": round(max(samples), 2)} if samples else {"n": 0}
+
+
+def _finish_import(importer: subprocess.Popen[bytes], bus: Bus, t0: float, deadline_s: float = 900) -> dict:
+    """Wait for ``memoryd index --wait`` to end, then for every queue of every stage to be empty and
+    no job started: a finished import leaves no queued work."""
+    try:
+        code = importer.wait(timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        importer.terminate()
+        importer.wait(timeout=60)
+        return {"finished": False, "waited_s": deadline_s}
+    finished_s = time.monotonic() - t0
+    lanes = [q for s in ("chunk", "embed", "index") for q in bus.lanes(s)]
+
+    def queued() -> dict[str, int]:
+        return {q.name: q.count + StartedJobRegistry(queue=q).count
+                for q in lanes if q.count or StartedJobRegistry(queue=q).count}
+
+    until = time.monotonic() + 120
+    while (left := queued()) and time.monotonic() < until:
+        time.sleep(0.5)
+    return {"finished": code == 0, "exit_code": code, "import_s": round(finished_s, 1),
+            "queues_empty_s": round(time.monotonic() - t0, 1), "jobs_left": left}
 
 
 def run(tmp: Path, redis: str, n_agents: int, chunks: int, bulk_files: int, queries: int,
@@ -252,10 +283,12 @@ def run(tmp: Path, redis: str, n_agents: int, chunks: int, bulk_files: int, quer
                               "bulk_queued_at_end": sum(q.count for s in ("chunk", "embed", "index")
                                                         for q in [bus.bulk[s]]),
                               "edit_to_searchable_during_import": _summary(fair)}
-        importer.terminate()
-        importer.wait(timeout=60)
         _say(f"fairness: {result['fairness']}")
         result["processes_after_import_window"] = _processes(procs)
+        result["import"] = _finish_import(importer, bus, t0)
+        _say(f"import: {result['import']}")
+        time.sleep(SETTLE_IDLE_SECONDS + 2 * SETTLE_CHECK_SECONDS + 1)  # every worker idle long enough to settle
+        result["processes_after_import_settled"] = _processes(procs)
     finally:
         for proc in procs.values():
             proc.terminate()

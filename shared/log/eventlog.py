@@ -231,6 +231,14 @@ class EventLog:
                                 separators=(",", ":")) for e in mine]
             self._agent_log(agent).write("".join(f"{line}\n" for line in lines).encode("utf-8"))
 
+    def shrink(self) -> None:
+        """Give back the page caches of the open content and vector stores (they stay open: other
+        threads may be using them; SQLite serialises the call with theirs)."""
+        with self._lock:
+            stores = [*self._content.values(), *self._vectors.values()]
+        for store in stores:
+            store.conn.execute("PRAGMA shrink_memory")
+
     def close(self) -> None:
         for item in [*self._logs.values(), *self._content.values(), *self._vectors.values()]:
             item.close()

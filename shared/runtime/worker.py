@@ -106,6 +106,8 @@ class WorkerContext:
             gone = [self.cache.pop(k) for k in list(self.cache) if k.startswith(RELEASED_WHEN_IDLE)]
         for value in gone:
             _close(value)
+        if self.redis_bus is not None:
+            self.redis_bus.record.shrink()
 
     def ensure_agent(self, agent_id: str) -> None:
         """Follow the agent registry: reload the agents when it changed (``memoryd agents add`` /
