@@ -72,6 +72,15 @@ def state_dir(explicit: str | None, config: str | None, environ: Mapping[str, st
     return Path(chosen or d.STATE_DIR).expanduser()
 
 
+def model_cache(environ: Mapping[str, str] | None = None) -> Path:
+    """Where the machine's optimised copies of models live (shared/embed/onnxshare.py):
+    ``MEMORYD_MODEL_CACHE``, else ``$XDG_CACHE_HOME/memoryd/models``, else ``~/.cache/memoryd/models``."""
+    env = os.environ if environ is None else environ
+    if explicit := env.get("MEMORYD_MODEL_CACHE"):
+        return Path(explicit)
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memoryd" / "models"
+
+
 def for_children(**overrides_: str) -> dict[str, str]:
     """The environment for a child process: this one's, with ``overrides_`` set."""
     return {**os.environ, **overrides_}

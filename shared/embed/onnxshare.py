@@ -22,13 +22,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from memoryd.shared import defaults as d
+from memoryd.shared.config import environment
 
 log = logging.getLogger("memoryd.embed")
 
@@ -37,10 +37,7 @@ _MODEL, _WEIGHTS, _MANIFEST = "model.onnx", "weights.bin", "manifest.json"
 
 def cache_root() -> Path:
     """Where optimised copies of models are kept on this machine (see the module's doc)."""
-    if explicit := os.environ.get("MEMORYD_MODEL_CACHE"):
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "memoryd" / "models"
+    return environment.model_cache()
 
 
 def _digest(path: Path) -> str:
