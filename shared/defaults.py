@@ -255,6 +255,9 @@ ALIVE_BEAT_SECONDS = 1.0
 #: (shared/runtime/settle.py), once per idle stretch; checked every SETTLE_CHECK_SECONDS.
 SETTLE_IDLE_SECONDS = 10.0
 SETTLE_CHECK_SECONDS = 2.0
+#: BLAS threads of a worker process: OpenBLAS keeps a buffer per thread for the life of the process
+#: (the indexer settled 20 % above its start after a bulk index with the default, 4 % with 1).
+WORKER_BLAS_THREADS = 1
 #: A job may sit in RQ's intermediate queue between dequeue and start for milliseconds;
 #: one still there after this long, with no execution, was taken by a worker that died.
 STUCK_INTERMEDIATE_SECONDS = 10.0

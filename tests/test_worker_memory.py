@@ -89,3 +89,21 @@ def test_indexer_and_embedder_memory_comes_back_after_a_bulk_index(tmp_path: Pat
             assert end[stage] <= 1.10 * start[stage], (stage, start, end, p.logs())
     finally:
         p.stop()
+
+
+def test_a_worker_runs_blas_on_one_thread() -> None:
+    import numpy as np  # noqa: F401 - loads the BLAS library threadpoolctl looks for
+    from threadpoolctl import threadpool_info
+
+    from memoryd.shared.runtime.settle import one_blas_thread
+
+    blas = [lib for lib in threadpool_info() if lib["user_api"] == "blas"]
+    assert blas  # numpy's OpenBLAS is found: the limit has something to act on
+    before = {lib["filepath"]: lib["num_threads"] for lib in blas}
+    try:
+        one_blas_thread()
+        assert all(lib["num_threads"] == 1 for lib in threadpool_info() if lib["user_api"] == "blas")
+    finally:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=max(before.values()), user_api="blas")  # the test process as it was

@@ -7,6 +7,11 @@ job). A worker that has been idle for SETTLE_IDLE_SECONDS after a job collects g
 malloc to return what it can (``malloc_trim``), once per idle stretch: the next job pays nothing
 for it, and a worker that keeps busy never stops to do it. Where the C library has no
 ``malloc_trim`` (musl, macOS) only the collection runs.
+
+A worker also runs numpy's BLAS on one thread (:func:`one_blas_thread`): OpenBLAS gives each of
+its threads a buffer of its own on first use (the indexer's first projection fit: +16 MB that
+stayed after every bulk index) and keeps them for the life of the process; a worker is one of
+several processes on the machine's cores and gains nothing from BLAS threads of its own.
 """
 
 from __future__ import annotations
@@ -23,6 +28,13 @@ from collections.abc import Callable
 from memoryd.shared import defaults as d
 
 log = logging.getLogger("memoryd.worker")
+
+
+def one_blas_thread() -> None:
+    """Limit numpy's BLAS (OpenBLAS, MKL, BLIS) in this process to one thread, for its life."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=d.WORKER_BLAS_THREADS, user_api="blas")
 
 
 def _malloc_trim() -> Callable[[], object] | None:

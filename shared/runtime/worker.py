@@ -51,7 +51,7 @@ from memoryd.shared.runtime.bus import JOBS, Bus
 from memoryd.shared.runtime.liveness import Heartbeat, alive, note_local, worker_name
 from memoryd.shared.runtime.redis_server import wait_for_redis
 from memoryd.shared.runtime.retries import RetryScheduler, note_error, release_lock_of, scheduler_lock_holder
-from memoryd.shared.runtime.settle import Settler
+from memoryd.shared.runtime.settle import Settler, one_blas_thread
 
 log = logging.getLogger("memoryd.worker")
 
@@ -325,6 +325,7 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
     requeues the job it held, and works on under the same name.
     """
     fit_read_timeout(conn)
+    one_blas_thread()
     queues = set_context(settings, conn).bus.lanes(stage)
     for queue in queues:
         migrate_legacy_jobs(queue, context().bus)
