@@ -202,8 +202,8 @@ def _finish_import(importer: subprocess.Popen[bytes], bus: Bus, t0: float, deadl
     lanes = [q for s in ("chunk", "embed", "index") for q in bus.lanes(s)]
 
     def queued() -> dict[str, int]:
-        return {q.name: q.count + StartedJobRegistry(queue=q).count
-                for q in lanes if q.count or StartedJobRegistry(queue=q).count}
+        counts = {q.name: q.count + StartedJobRegistry(queue=q).count for q in lanes}
+        return {name: n for name, n in counts.items() if n}
 
     until = time.monotonic() + 120
     while (left := queued()) and time.monotonic() < until:

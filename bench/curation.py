@@ -305,8 +305,9 @@ def cost(work: Path, seed: int) -> dict[str, Any]:
         (workspace / "memory" / f"{day}.md").write_text(f"# {day}\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
     questions = [f"who is the {rng.choice(subjects)} on-call now" if n % 3 == 0
                  else f"what is the {rng.choice(subjects)} {rng.choice(COST_ASKED)}" for n in range(200)]
-    services = {on: QueryService(_settings(work, "cost", workspace, on, provider="hash")) for on in (False, True)}
-    index_now(_settings(work, "cost", workspace, False, provider="hash"), "main")
+    settings = {on: _settings(work, "cost", workspace, on, provider="hash") for on in (False, True)}
+    index_now(settings[False], "main")  # one index (one state dir) for both
+    services = {on: QueryService(s) for on, s in settings.items()}
     ms: dict[bool, list[float]] = {False: [], True: []}
     marked = 0
     try:

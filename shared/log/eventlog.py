@@ -233,11 +233,11 @@ class EventLog:
 
     def shrink(self) -> None:
         """Give back the page caches of the open content and vector stores (they stay open: other
-        threads may be using them; SQLite serialises the call with theirs)."""
+        threads may be using them; SQLite serialises the call with theirs). Under the lock, so that
+        none is closed meanwhile by :meth:`_recent` making room for another agent's."""
         with self._lock:
-            stores = [*self._content.values(), *self._vectors.values()]
-        for store in stores:
-            store.conn.execute("PRAGMA shrink_memory")
+            for store in [*self._content.values(), *self._vectors.values()]:
+                store.conn.execute("PRAGMA shrink_memory")
 
     def close(self) -> None:
         for item in [*self._logs.values(), *self._content.values(), *self._vectors.values()]:
