@@ -251,6 +251,14 @@ ORPHAN_SWEEP_SECONDS = 2.0
 ALIVE_TTL_SECONDS = 5.0
 #: How often every memoryd process with workers refreshes its heartbeat key: one SET a second.
 ALIVE_BEAT_SECONDS = 1.0
+#: How long an agent's lease (shared/runtime/lease.py) lives unrenewed: after a node dies, another
+#: takes its agents within this plus one LEASE_RENEW_SECONDS.
+LEASE_TTL_SECONDS = 8.0
+#: How often a node's watcher renews the leases it holds and takes the free ones it can serve.
+LEASE_RENEW_SECONDS = 2.0
+#: How long a node's query address (``memoryd:<ns>:node:<node>``) lives unrefreshed; refreshed
+#: every LEASE_RENEW_SECONDS by its ``memoryd serve``, so the others forward its agents' searches.
+NODE_ADDRESS_TTL_SECONDS = 10.0
 #: A worker idle this long after a job collects garbage and returns freed heap to the system
 #: (shared/runtime/settle.py), once per idle stretch; checked every SETTLE_CHECK_SECONDS.
 SETTLE_IDLE_SECONDS = 10.0

@@ -51,6 +51,9 @@ class FileChanged(FileEvent):
     mtime: float
     #: What saw it: "watch", "reconcile" or "index" (the CLI).
     origin: str = "watch"
+    #: The file's text, read by the node whose workspace holds it (shared/index/chunking.read_file),
+    #: so a chunker needs no workspace; never logged. None: the chunker reads the file itself.
+    text: str | None = None
 
 
 class FileDeleted(FileEvent):

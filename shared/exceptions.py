@@ -104,6 +104,32 @@ class RedisUnavailable(MemorydError):
     http_status = 503
 
 
+class NotOwner(MemorydError):
+    """This node does not hold the agent's lease: another node does, or none (shared/runtime/lease.py)."""
+
+    code = "agent_elsewhere"
+    http_status = 503
+
+    def __init__(self, agent_id: str, owner: str | None, *, address: str | None = None) -> None:
+        where = f"node {owner} holds its lease" if owner else "no live node holds its lease now"
+        there = f" and answers at {address}" if address else ""
+        super().__init__(f"agent {agent_id!r} is not this node's: {where}{there}; "
+                         "ask that node, or wait: a node that can reach its data takes it within seconds")
+        self.agent_id, self.owner, self.address = agent_id, owner, address
+
+
+class Fenced(MemorydError):
+    """A write whose fencing token is older than one the index or log has seen: a late write of an old owner."""
+
+    code = "fenced"
+    http_status = 409
+
+    def __init__(self, agent_id: str, where: str, token: int, seen: int) -> None:
+        super().__init__(f"agent {agent_id!r}: write refused by {where}: its fencing token {token} is older than "
+                         f"{seen}, which it has seen; another node took the agent over, and this one stops writing it")
+        self.agent_id, self.token, self.seen = agent_id, token, seen
+
+
 class MemoryFileMissing(MemorydError):
     """memory_get of a path the agent may read but that does not exist (now)."""
 

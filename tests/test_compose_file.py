@@ -1,6 +1,7 @@
 """compose/ as this machine and the README need it, read from the files (bench/compose.sh runs it for real):
 host networking on loopback, a healthcheck for every service, start once Redis is healthy,
-Redis with AOF and a password, no workspaces for the embedder, a build context without the venv."""
+Redis with AOF and a password, neither state nor workspaces for the chunker and embedder, a build context
+without the venv."""
 
 from __future__ import annotations
 
@@ -41,10 +42,12 @@ def test_redis_keeps_an_append_only_file_needs_a_password_and_stays_off_6379() -
     assert "MEMORYD_REDIS_PASSWORD" in SERVICES["watcher"]["environment"]["REDIS_URL"]
 
 
-def test_the_state_volume_goes_only_to_memoryd_and_the_workspaces_not_to_the_embedder() -> None:
+def test_the_chunker_and_embedder_mount_neither_the_state_nor_the_workspaces() -> None:
     assert not any(v.startswith("state:") for v in SERVICES["redis"]["volumes"])
-    assert not any(":/workspaces" in v for v in SERVICES["embedder"]["volumes"])
-    assert any(":/workspaces" in v for v in SERVICES["chunker"]["volumes"])
+    for stateless in ("chunker", "embedder"):
+        assert not any(v.startswith("state:") or ":/workspaces" in v for v in SERVICES[stateless]["volumes"])
+    for stateful in ("watcher", "indexer", "session", "query"):
+        assert "state:/state" in SERVICES[stateful]["volumes"]
 
 
 def test_the_build_context_leaves_out_the_venv_and_git() -> None:

@@ -181,7 +181,8 @@ def test_kill9_embedder_and_indexer_then_restart_equals_fresh_rebuild(
             for i in range(120):
                 (workspace / "memory" / f"note-{i:03d}.md").write_text(
                     "\n".join(f"note {i} fact {j}: the {j}th detail of project {i}" for j in range(40)))
-            embed_q, index_q = p.bus.bulk["embed"], p.bus.bulk["index"]  # a reconcile's files
+            # a reconcile's files; the index jobs go to the agent's owner, this machine's node
+            embed_q, index_q = p.bus.bulk["embed"], p.bus.node_lanes(settings.node)[1]
             p.start()
             wait_until(lambda: StartedJobRegistry(queue=embed_q).count > 0, timeout=60, interval=0.005)
             p.kill9("embed")

@@ -8,7 +8,7 @@ from pathlib import Path
 import redis
 
 from memoryd.shared.config.workspace import Workspace
-from memoryd.shared.rebuild.recovery import Recovery
+from memoryd.shared.rebuild.recovery import Recovery, redrive
 from memoryd.shared.runtime.bus import Bus
 from memoryd.shared.runtime.survey import changed_event
 
@@ -23,18 +23,23 @@ def test_a_flush_is_seen_even_when_an_emit_refilled_the_marker_first_and_redrive
     (workspace / "memory" / "b.md").write_text("- another fact\n")
     settings, _ = make_settings(workspace, redis=redis_url)
     bus = Bus(redis.Redis.from_url(redis_url), settings)
-    first, second = Recovery(bus), Recovery(bus)  # two indexer processes
+    first, second = Recovery(bus), Recovery(bus)  # two indexer processes of one node
+    assert first.check(settings) == {}  # an empty Redis, and no agent this node owns: nothing to look at
+    bus.leases.token("main")  # the node takes the agent (its watcher does)
+    bus.conn.delete(bus.key("log-epoch"))
     assert first.check(settings) == {"main": {"index": 0, "embed": 0, "chunk": 0}}  # an empty Redis: looked
     assert second.check(settings) == {}
     files = list(Workspace(settings.agent("main")).scan())
     bus.emit("chunk", [changed_event(bus, "main", files[0], origin="watch")])
     assert first.check(settings) == {} and _queued(bus, "chunk") == 1  # queued, not lost: nothing to do
-    bus.conn.flushdb()  # the queued change is lost; then the watcher emits another one at once
+    bus.conn.flushdb()  # the queued change is lost, and the lease; the watcher emits another change at once
     bus.emit("chunk", [changed_event(bus, "main", files[1], origin="watch")])
     assert _queued(bus, "chunk") == 1
     redriven = first.check(settings)
-    assert redriven == {"main": {"index": 0, "embed": 0, "chunk": 2}}  # both logged changes the index lacks
-    assert _queued(bus, "chunk") == 2 and second.check(settings) == {}  # the other indexer leaves it
+    assert redriven == {"main": {"index": 0, "embed": 0, "chunk": 1}}  # the lost one; the other is queued
+    assert _queued(bus, "chunk") == 2 and second.check(settings) == {}  # the node's other indexer leaves it
+    elsewhere = settings.model_copy(update={"memoryd": settings.memoryd.model_copy(update={"node": "elsewhere"})})
+    assert first.owned(settings) == ["main"] and Recovery(Bus(bus.conn, elsewhere)).owned(elsewhere) == []
 
 
 def test_an_indexer_starting_on_a_redis_that_holds_work_does_not_redo_it(workspace: Path, make_settings,
@@ -58,10 +63,25 @@ def test_an_indexer_whose_first_look_falls_inside_an_emit_finds_nothing_lost(wor
     indexer, looked = Recovery(bus), []
     append = bus.record.append
 
-    def append_then_look(events):  # the indexer's first check, between the log append and the enqueue
-        append(events)
+    def append_then_look(events, fences):  # the indexer's first check, between the log append and the enqueue
+        append(events, fences)
         looked.append(indexer.check(settings))
 
     bus.record.append = append_then_look
     bus.emit("chunk", [changed_event(bus, "main", found, origin="watch")])
     assert looked == [{}] and _queued(bus, "chunk") == 1  # queued once, nothing re-driven
+
+
+def test_a_re_drive_leaves_what_a_queue_holds(workspace: Path, make_settings, redis_url: str) -> None:
+    """The log holds a change the index lacks: while its job waits on a queue (an emit between its
+    append and its enqueue, a dead node's jobs moved to the shared lanes) it is not queued again."""
+    (workspace / "memory" / "a.md").write_text("- a fact\n")
+    settings, _ = make_settings(workspace, redis=redis_url)
+    bus = Bus(redis.Redis.from_url(redis_url), settings)
+    (found,) = Workspace(settings.agent("main")).scan()
+    bus.emit("chunk", [changed_event(bus, "main", found, origin="watch")])
+    assert redrive(settings, bus, "main") == {"index": 0, "embed": 0, "chunk": 0}
+    assert _queued(bus, "chunk") == 1
+    bus.queues["chunk"].empty()  # now it is lost
+    assert redrive(settings, bus, "main") == {"index": 0, "embed": 0, "chunk": 1}
+    assert _queued(bus, "chunk") == 1

@@ -102,7 +102,7 @@ def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
     else:
         settings.agent(args.id)  # unknown agent → UnknownAgent
         principal, what = agent_principal(args.id), f"token of agent {args.id!r} (its routes only)"
-    token = Tokens(settings.state_dir).issue(principal)
+    token = Tokens(settings.data_dir).issue(principal)
     print(f"memoryd: new {what}; any previous one no longer works. Send it as 'Authorization: Bearer …'.")
     print(token)
     return 0

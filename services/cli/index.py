@@ -45,7 +45,7 @@ from memoryd.shared.runtime import redis_server, runs
 from memoryd.shared.runtime import retries as jobs
 from memoryd.shared.runtime.liveness import Heartbeat, alive, worker_name
 from memoryd.shared.runtime.roster import register_agent
-from memoryd.shared.runtime.survey import plan
+from memoryd.shared.runtime.survey import emit_changed, plan
 from memoryd.shared.runtime.worker import Periodic, StageWorker, context, set_context
 
 PIPELINE = ("chunk", "embed", "index")
@@ -183,7 +183,7 @@ def queue_run(bus: busmod.Bus, settings: Settings, agent: AgentConfig, run: str)
     found = plan(bus, settings, agent.id, origin="index", run=run, every=True)
     events = found.changed
     for start in range(0, len(events), d.FILES_PER_CHUNK_JOB):  # the bulk lane: edits go first
-        bus.emit("chunk", events[start:start + d.FILES_PER_CHUNK_JOB], bulk=True)
+        emit_changed(bus, settings, events[start:start + d.FILES_PER_CHUNK_JOB], bulk=True)
     bus.emit("index", [*found.skipped, *found.gone], bulk=True)
     total = found.files
     runs.start(bus, run, agent.id, total)

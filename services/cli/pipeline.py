@@ -176,14 +176,12 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
         session.run(settings, conn)
         return 0
-    if args.stage == "embed" and not args.burst:
-        from memoryd.services.pipeline.embedder import backfill_scheduler
-
-        backfill_scheduler(set_context(settings, conn)).start()
     if args.stage == "index" and not args.burst:
-        from memoryd.services.pipeline.indexer import recovery_scheduler
+        from memoryd.services.pipeline.indexer import backfill_scheduler, recovery_scheduler
 
-        recovery_scheduler(set_context(settings, conn)).start()
+        ctx = set_context(settings, conn)
+        recovery_scheduler(ctx).start()
+        backfill_scheduler(ctx).start()
     run_worker(args.stage, settings, conn, burst=args.burst)
     return 0
 

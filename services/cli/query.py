@@ -16,6 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from memoryd.services.query.engine import QueryService
     from memoryd.services.query.models import SearchResponse
+    from memoryd.services.query.placement import Placement
     from memoryd.shared.config.settings import Settings
 
 #: The wire's ``Fusion`` values (services/query/models.py), spelled here so that parsing the
@@ -165,10 +166,32 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     server = settings.memoryd.server
     host = args.host or server.host
     required = _tokens_required(settings, host, args.insecure)
+    import socket
+
+    placement = _placement(settings)
     app = create_app(settings, routers=[build_router(settings), promote_api.build_router(settings)],
-                     require_token=required)
-    remote.serve(app, host, server.port if args.port is None else args.port, settings, announce=not args.another)
+                     require_token=required, placement=placement)
+
+    def listening(url: str) -> None:
+        for wildcard in ("//0.0.0.0:", "//[::]:"):
+            url = url.replace(wildcard, f"//{socket.gethostname()}:")
+        placement.publish(server.advertise_url or url)
+
+    remote.serve(app, host, server.port if args.port is None else args.port, settings, announce=not args.another,
+                 listening=listening)
     return 0
+
+
+def _placement(settings: Settings) -> Placement:
+    """Who owns each agent, from Redis (no wait for it here: a search while it is away is answered
+    locally and says so)."""
+    import redis
+
+    from memoryd.services.query.placement import Placement
+    from memoryd.shared.runtime import redis_server
+
+    conn = redis.Redis.from_url(redis_server.redis_url(settings), socket_timeout=2, socket_connect_timeout=2)
+    return Placement(conn, settings.namespace, settings.node)
 
 
 def _tokens_required(settings: Settings, host: str, insecure: bool) -> bool:
@@ -176,7 +199,7 @@ def _tokens_required(settings: Settings, host: str, insecure: bool) -> bool:
     from memoryd.shared.config.tokens import Tokens, is_loopback, tokens_required
 
     required = tokens_required(host, settings.memoryd.server.auth, insecure)
-    if required and not Tokens(settings.state_dir).issued():
+    if required and not Tokens(settings.data_dir).issued():
         print(f"memoryd: listening on {host} with bearer tokens required, and none is issued yet: issue one with "
               "`memoryd agents token ID` (or `--admin`)", file=sys.stderr)
     elif not required and not is_loopback(host):

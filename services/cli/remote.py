@@ -155,11 +155,11 @@ def print_json(answer: dict[str, Any]) -> None:
 
 
 def serve(app: Any, host: str, port: int, settings: Settings, *, announce: bool = True,
-          what: str = "HTTP API", path: str = "") -> None:
+          what: str = "HTTP API", path: str = "", listening: Callable[[str], None] | None = None) -> None:
     """Run ``app`` under uvicorn on ``host:port`` (0: any free port), said on stdout once it
     listens; with ``announce``, noted in the state dir (``serve.json``) until it stops, for the
     CLI to find. A second announced server of one state dir is refused: it would take the
-    first's note, and remove it on exit."""
+    first's note, and remove it on exit. ``listening`` is told the URL once it listens."""
     import signal
     import socket
 
@@ -188,6 +188,8 @@ def serve(app: Any, host: str, port: int, settings: Settings, *, announce: bool 
     url = f"http://{shown}:{bound}"
     if announce:
         locate.announce(settings.state_dir, url, settings.source_file)
+    if listening is not None:
+        listening(url)
     docs = f" (docs at {url}/docs)" if what == "HTTP API" else ""
     print(f"memoryd: {what} at {url}{path}{docs}; ready", flush=True)
     # uvicorn stops on SIGTERM, then raises the signal again once it has: by default that would

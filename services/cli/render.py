@@ -84,6 +84,10 @@ def _running(console: Console, running: dict[str, Any]) -> None:
 def _agent(console: Console, agent_id: str, agent: dict[str, Any], queues: dict[str, Any]) -> None:
     missing = "  [red]MISSING: the folder does not exist[/red]" if agent.get("workspace_missing") else ""
     console.print(f"[bold]agent {agent_id}[/bold]  workspace {agent['workspace']}{missing}")
+    if agent.get("unavailable"):
+        console.print(f"  owner   [red]none: {agent['unavailable']}[/red]")
+    elif agent.get("owner"):
+        console.print(f"  owner   node {agent['owner']}")
     index = agent["index"]
     if index is None:
         console.print("  index   none yet (`memoryd index --agent " + agent_id + "`)")

@@ -114,6 +114,14 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from memoryd.services.cli.render import config_choice, redis_choice, render_status
 
     bus = None if "error" in queues else busmod.Bus(redis_server.connect(redis_server.redis_url(settings)), settings)
+    if bus is not None:
+        for agent_id, owner in bus.leases.owners(settings.agent_ids()).items():
+            agents[agent_id]["owner"] = owner.node if owner else None
+            if owner is None:
+                agents[agent_id]["unavailable"] = (
+                    "no live node holds its lease: no watcher runs that reaches its data dir and workspace "
+                    "(start `memoryd up` or `memoryd watcher` on a node that does); searches answer from an "
+                    "index nobody updates")
     data = {"agents": agents, "queues": queues, "state_dir": str(settings.state_dir), "namespace": settings.namespace,
             "config": config_choice(settings), "redis": redis_choice(settings), "running": running(settings, bus),
             "index_runs": _index_runs(settings) if "error" not in queues else []}

@@ -12,6 +12,8 @@ register_jobs({
     "embed": ("embed", "memoryd.services.pipeline.embedder.embed_job"),
     "backfill": ("embed", "memoryd.services.pipeline.embedder.backfill_job"),
     "index": ("index", "memoryd.services.pipeline.indexer.index_job"),
+    # a chunker's or embedder's output: logged by the agent's owner, then applied
+    "record": ("index", "memoryd.services.pipeline.indexer.record_job"),
     # a live edit's chunk texts, keyword-searchable before the embedder answers
     "text": ("index", "memoryd.services.pipeline.indexer.text_job"),
     "fill": ("index", "memoryd.services.pipeline.indexer.fill_job"),

@@ -4,7 +4,8 @@ Reads the file once, checks it is memory (not binary, UTF-8, not huge), and spli
 into ~400-token chunks on line boundaries (``memoryd.shared.index.chunking.chunk_file``). The
 chunk texts travel in the event, so the later stages and a replay never need the file again.
 A live edit's chunks also go straight to the indexer (``text``, not logged), so the file is
-keyword-searchable within moments while the embedders are slow, hung or elsewhere.
+keyword-searchable within moments while the embedders are slow, hung or elsewhere. The
+chunker logs nothing: what it decides reaches the log through the agent's owner (``record``).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ def chunk_job(events: list[str]) -> int:
         result = chunk_file(event, ctx.settings)
         (chunked if isinstance(result, FileChunked) else direct).append(result)
     if chunked and not in_bulk_lane():  # a live edit: its texts go to the index now, the vectors follow
-        ctx.bus.enqueue("text", [c.model_dump_json() for c in chunked])
-    ctx.bus.emit("embed", chunked)
-    ctx.bus.emit("index", direct)
+        ctx.bus.send("text", chunked)
+    ctx.bus.send("embed", chunked)
+    ctx.bus.send("record", direct)
     per_run: dict[str | None, int] = {}
     for c in chunked:
         per_run[c.run] = per_run.get(c.run, 0) + len(c.chunks)

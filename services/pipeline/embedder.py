@@ -7,7 +7,11 @@ before it logs the event), then in the agent's own index; only misses go to the 
 batched across every file. The same note indexed for a second agent costs no provider call.
 When no provider works the event still goes on without vectors: the indexer stores the
 chunks for keyword search marked "vector missing", and :func:`backfill_job` fills them in
-once a provider answers again (queued every ``vectorRetrySeconds`` by :func:`backfill_scheduler`).
+once a provider answers again (queued every ``vectorRetrySeconds`` by the owner's indexer).
+
+Embedders log nothing and write no index: their output goes to each agent's owner
+(``Bus.send``), so they run on any node that reaches Redis; the caches on disk they use
+when they are there (the model's vector store, the agent's index) are only caches.
 """
 
 from __future__ import annotations
@@ -18,9 +22,6 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
-import redis
-from rq.exceptions import NoSuchJobError
-from rq.job import Job, JobStatus
 
 from memoryd.shared import defaults as d
 from memoryd.shared.embed import providers
@@ -29,7 +30,7 @@ from memoryd.shared.exceptions import IndexMissing, ProviderError
 from memoryd.shared.index.content import VectorStore
 from memoryd.shared.index.store import IndexReader
 from memoryd.shared.runtime import runs
-from memoryd.shared.runtime.worker import Periodic, WorkerContext, context
+from memoryd.shared.runtime.worker import WorkerContext, context
 
 log = logging.getLogger("memoryd.embedder")
 
@@ -72,7 +73,7 @@ def _cached(ctx: WorkerContext, agent: str, embedder: str, hashes: Sequence[str]
     found = {h: v for h in hashes if (v := lru.get((embedder, h))) is not None}
     missing = [h for h in hashes if h not in found]
     if missing:
-        store: VectorStore = ctx.memo(f"vector-store:{embedder}", lambda: VectorStore(ctx.settings.state_dir, embedder))
+        store: VectorStore = ctx.memo(f"vector-store:{embedder}", lambda: VectorStore(ctx.settings.data_dir, embedder))
         found.update(store.get(missing))
         missing = [h for h in missing if h not in found]
     if missing:
@@ -147,29 +148,20 @@ def embed_job(events: list[str]) -> int:
     results = embed_files(ctx, parsed)  # type: ignore[arg-type]
     for r in results:
         runs.count(ctx.bus, r.run, chunks_embedded=r.embedded, chunks_cached=r.cached)
-    ctx.bus.emit("index", results)
+    ctx.bus.send("record", results)
     log.info("embedded %d chunks, %d from the cache, of %d files (agents %s)%s", sum(r.embedded for r in results),
              sum(r.cached for r in results), len(results), ", ".join(sorted({r.agent for r in results})),
              "".join(sorted({f"; {r.error}" for r in results if r.error})))
     return sum(r.embedded for r in results)
 
 
-def backfill_job(agent: str) -> int:
-    """RQ job: embed chunks the index holds without vectors; → how many were filled."""
+def backfill_job(agent: str, rows: list[list[str]]) -> int:
+    """RQ job: embed chunks (hash, text) that the owner's index holds without vectors (queued by the
+    owner's indexer, services/pipeline/indexer.py); the vectors go back to it. → how many."""
     ctx = context()
     ctx.ensure_agent(agent)
     chain = chain_for(ctx, agent)
-    if not chain:
-        return 0
-    try:
-        reader = IndexReader(ctx.settings.index_path(agent))
-    except IndexMissing:
-        return 0
-    try:
-        rows = reader.chunks_missing_vectors(d.BACKFILL_BATCH)
-    finally:
-        reader.close()
-    if not rows:
+    if not chain or not rows:
         return 0
     try:
         matrices, used = providers.embed_with_fallback(chain, [text for _, text in rows])
@@ -180,27 +172,5 @@ def backfill_job(agent: str) -> int:
     ctx.bus.note_provider_error(agent, None)
     event = VectorsFilled(agent=agent, embedder=used.embedder, embedded=len(rows),
                           vectors=[VectorData.pack(h, m) for (h, _), m in zip(rows, matrices, strict=True)])
-    ctx.bus.emit("fill", [event])
+    ctx.bus.send("fill", [event])
     return len(rows)
-
-
-def _pending(ctx: WorkerContext, job_id: str) -> bool:
-    try:
-        status = Job.fetch(job_id, connection=ctx.bus.conn).get_status()
-    except NoSuchJobError:
-        return False
-    return status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
-
-
-def schedule_backfills(ctx: WorkerContext) -> None:
-    """Queue a backfill for every agent whose index has chunks without vectors."""
-    for agent in ctx.bus.agents_missing_vectors():
-        job_id = ctx.bus.job_id(f"backfill-{agent}")  # at most one backfill queued per agent
-        if not _pending(ctx, job_id):
-            ctx.bus.enqueue("backfill", agent, job_id=job_id, bulk=True)
-
-
-def backfill_scheduler(ctx: WorkerContext) -> Periodic:
-    """In each embedder process: every ``vectorRetrySeconds``, queue the backfills that are due."""
-    period = min(ctx.settings.agent(a).memory_search.sync.vector_retry_seconds for a in ctx.settings.agent_ids())
-    return Periodic("vector-backfill", period, lambda: schedule_backfills(ctx), errors=(redis.RedisError,))

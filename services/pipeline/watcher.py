@@ -7,6 +7,11 @@ change. Symlinks are never followed. On start, and every ``reconcileSeconds`` (5
 a reconcile compares every memory file's sha256 with what the index holds and emits
 the differences — inotify can silently miss events or run out of watches.
 
+A node's watcher watches the agents whose lease its node holds (shared/rebuild/takeover.py):
+every LEASE_RENEW_SECONDS it renews them, takes the free ones it can serve — a takeover
+re-drives the agent's lost work from its log and reconciles it at once — and stops
+watching the ones another node took.
+
 The watcher follows the agent list while it runs: when the agent registry
 (``<stateDir>/agents.json``) or the config file changes, it starts watching new agents
 (and reconciles them) and stops watching removed ones. It outlives Redis: when an emit
@@ -37,12 +42,13 @@ from memoryd.shared.config.loader import load_settings
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.config.workspace import Workspace, is_utf8
 from memoryd.shared.events import FileChanged, FileDeleted
-from memoryd.shared.exceptions import ConfigError
+from memoryd.shared.exceptions import ConfigError, NotOwner
+from memoryd.shared.rebuild.takeover import Keeper
 from memoryd.shared.redact import redact
 from memoryd.shared.runtime import runs
 from memoryd.shared.runtime.bus import Bus
 from memoryd.shared.runtime.redis_server import wait_for_redis
-from memoryd.shared.runtime.survey import changed_event, indexed_hashes, plan
+from memoryd.shared.runtime.survey import changed_event, emit_changed, indexed_hashes, plan
 
 log = logging.getLogger("memoryd.watcher")
 
@@ -127,14 +133,14 @@ class AgentWatch(FileSystemEventHandler):
         if not self.edit_lane():
             self.bulk_batch.append(event)
             return
-        self.bus.emit("chunk", [event])
+        emit_changed(self.bus, self.settings, [event])
         self.emitted[found.path] = event.sha256
 
     def flush(self) -> None:
         """Send the settled files held for the bulk lane, FILES_PER_CHUNK_JOB to a job."""
         while self.bulk_batch:
             batch = self.bulk_batch[:d.FILES_PER_CHUNK_JOB]
-            self.bus.emit("chunk", batch, bulk=True)
+            emit_changed(self.bus, self.settings, batch, bulk=True)
             del self.bulk_batch[:len(batch)]
             self.emitted.update((e.path, e.sha256) for e in batch)
 
@@ -147,7 +153,7 @@ class AgentWatch(FileSystemEventHandler):
         self.emitted.update(found.on_disk)
         changed, gone, skipped = found.changed, found.gone, found.skipped
         for start in range(0, len(changed), d.FILES_PER_CHUNK_JOB):
-            self.bus.emit("chunk", changed[start:start + d.FILES_PER_CHUNK_JOB], bulk=True)
+            emit_changed(self.bus, self.settings, changed[start:start + d.FILES_PER_CHUNK_JOB], bulk=True)
             if between is not None:
                 between()
         for p in gone:
@@ -166,7 +172,7 @@ def _stamp(settings: Settings) -> tuple[object, ...]:
         st = os.stat(settings.source_file) if settings.source_file else None
     except FileNotFoundError:
         st = None
-    return registry.stamp(settings.state_dir), (st.st_ino, st.st_size, st.st_mtime_ns) if st else None
+    return registry.stamp(settings.data_dir), (st.st_ino, st.st_size, st.st_mtime_ns) if st else None
 
 
 class Watcher:
@@ -183,8 +189,19 @@ class Watcher:
         self.observed: dict[str, list[ObservedWatch]] = {}
         self.next_reconcile: dict[str, float] = {}
         self.stamp = _stamp(settings)
-        for agent_id in settings.agent_ids():
-            self.add(agent_id)
+        self.keeper = Keeper(bus)
+
+    def keep(self) -> None:
+        """Renew this node's leases and take the free ones (keeper.py); watch what it holds, only that."""
+        gained, lost = self.keeper.tick(self.settings)
+        for agent_id in lost:
+            if agent_id in self.watches:
+                self.remove(agent_id)
+        for agent_id in gained:
+            if agent_id not in self.watches:
+                self.add(agent_id)
+                log.info("agent %s: now watched on this node (%s)", agent_id,
+                            self.settings.agent(agent_id).workspace)
 
     def add(self, agent_id: str) -> None:
         agent = self.settings.agent(agent_id)
@@ -222,10 +239,8 @@ class Watcher:
             if agent_id not in fresh.agent_ids() or old.agent(agent_id) != fresh.agent(agent_id):
                 self.remove(agent_id)
                 log.warning("agent %s: no longer watched as it was (removed or changed)", agent_id)
-        for agent_id in fresh.agent_ids():
-            if agent_id not in self.watches:
-                self.add(agent_id)
-                log.warning("agent %s: now watched (%s)", agent_id, fresh.agent(agent_id).workspace)
+        self.keeper.held &= set(self.watches)  # a changed agent is taken again: watched anew
+        self.keep()
 
     def reconcile_all(self) -> None:
         for agent_id in self.next_reconcile:
@@ -257,7 +272,7 @@ def run(settings: Settings, bus: Bus, stop: threading.Event | None = None) -> No
     stop = stop or threading.Event()
     watcher = Watcher(settings, bus)
     watcher.observer.start()
-    next_check = {"agents": 0.0, "marker": 0.0}
+    next_check = {"agents": 0.0, "marker": 0.0, "leases": 0.0}
     try:
         while not stop.is_set():
             try:
@@ -265,12 +280,18 @@ def run(settings: Settings, bus: Bus, stop: threading.Event | None = None) -> No
                 if now >= next_check["agents"]:
                     watcher.follow_agents()
                     next_check["agents"] = now + d.AGENT_RELOAD_SECONDS
+                if now >= next_check["leases"]:
+                    watcher.keep()
+                    next_check["leases"] = now + d.LEASE_RENEW_SECONDS
                 if now >= next_check["marker"]:
                     if bus.marker_gone():  # first start, or Redis lost its data: queued work is gone
                         bus.plant_marker()
                         watcher.reconcile_all()
                     next_check["marker"] = now + d.REDIS_MARKER_SECONDS
                 watcher.tick()
+            except NotOwner as exc:  # another node took an agent since the last keep: stop watching it
+                log.warning("%s", exc)
+                watcher.keep()
             except redis.RedisError as exc:
                 log.warning("watcher lost Redis (%s); what it sees meanwhile is reconciled once Redis is back",
                             redact(str(exc)))
@@ -283,3 +304,7 @@ def run(settings: Settings, bus: Bus, stop: threading.Event | None = None) -> No
     finally:
         watcher.observer.stop()
         watcher.observer.join(timeout=5)
+        try:
+            watcher.keeper.release_all()
+        except redis.RedisError as exc:  # they expire in LEASE_TTL_SECONDS
+            log.info("leases not released at stop: %s", redact(str(exc)))

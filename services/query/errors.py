@@ -46,9 +46,12 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     405: _error("method_not_allowed: the route takes another method (the Allow header names it)"),
     422: _error("bad_request: a field of the request is missing or out of range (`field: problem; …`), or the "
                 "body was sent without `Content-Type: application/json`"),
+    409: _error("fenced: a write under an older fencing token than the index or log has seen: another node "
+                "took the agent over"),
     500: _error("internal_error: memoryd failed unexpectedly; the server's log has the details"),
     502: _error("provider_error / quota_exhausted: the embedding provider failed"),
-    503: _error("redis_unavailable / busy: a service memoryd needs is not reachable now; try again"),
+    503: _error("redis_unavailable / busy / agent_elsewhere: a service memoryd needs is not reachable now, or "
+                "another node owns the agent and published no address; try again"),
 }
 
 

@@ -204,6 +204,6 @@ def http_app(server: MCPServer, settings: Settings, agent_id: str, *, host: str,
     """The streamable-HTTP app at ``/mcp`` behind the bearer-token check: the agent's own token
     or the admin token; required when ``require_token`` (beyond loopback), checked when sent."""
     agents = LiveSettings(settings)
-    return BearerAuth(server.streamable_http_app(host=host), tokens=Tokens(settings.state_dir),
+    return BearerAuth(server.streamable_http_app(host=host), tokens=Tokens(settings.data_dir),
                       required=require_token, guarded=lambda _: True, agent_of=lambda _: agent_id,
                       known=lambda: agents.current().agent_ids())

@@ -92,6 +92,8 @@ class SearchResponse(_Wire):
     reason: str | None = None
     #: Something the caller should know about the answer (the agent's workspace folder is gone).
     warning: str | None = None
+    #: Why this answer may be stale: no live node owns the agent now (services/query/placement.py).
+    unavailable: str | None = None
 
 
 class GetRequest(_Wire):

@@ -78,7 +78,7 @@ class Proposal(BaseModel):
 
 
 def ledger_path(settings: Settings, agent: str) -> Path:
-    return settings.state_dir / "promotions" / f"{agent}.jsonl"
+    return settings.data_dir / "promotions" / f"{agent}.jsonl"
 
 
 def fold(events: list[PromotionEvent]) -> dict[str, Proposal]:

@@ -26,6 +26,8 @@ OVERRIDES: dict[str, tuple[str, ...]] = {
     "MEMORYD_REDIS_URL": ("memoryd", "redisUrl"),
     "MEMORYD_LOCAL_REDIS_URL": ("memoryd", "localRedisUrl"),
     "MEMORYD_NODE": ("memoryd", "node"),
+    "MEMORYD_DATA_DIR": ("memoryd", "dataDir"),
+    "MEMORYD_NAMESPACE": ("memoryd", "namespace"),
     "MEMORYD_PROVIDER": ("agents", "defaults", "memorySearch", "provider"),
     "MEMORYD_MODEL": ("agents", "defaults", "memorySearch", "model"),
     "MEMORYD_EMBED_BASE_URL": ("agents", "defaults", "memorySearch", "remote", "baseUrl"),
@@ -37,6 +39,7 @@ OVERRIDES: dict[str, tuple[str, ...]] = {
     "MEMORYD_LLM_MODEL": ("memoryd", "llm", "model"),
     "MEMORYD_HOST": ("memoryd", "server", "host"),
     "MEMORYD_PORT": ("memoryd", "server", "port"),
+    "MEMORYD_ADVERTISE_URL": ("memoryd", "server", "advertiseUrl"),
 }
 #: The config file's variable (``--config`` wins over it).
 CONFIG = "MEMORYD_CONFIG"

@@ -98,12 +98,12 @@ def with_registry(settings: Settings, registered: registry.Entries | None = None
     base = settings.config_entries if settings.config_entries is not None else settings.agents.entries
     entries = {e.id: e for e in base}
     if registered is None:
-        registered = registry.read(settings.state_dir)
+        registered = registry.read(settings.data_dir)
     for agent_id, fields in registered.items():
         try:
             new = AgentEntry.model_validate({**fields, "id": agent_id})
         except ValidationError as exc:
-            raise ConfigError(f"agent registry {registry.path_of(settings.state_dir)}: agent {agent_id!r}: "
+            raise ConfigError(f"agent registry {registry.path_of(settings.data_dir)}: agent {agent_id!r}: "
                               f"{validation_problems(exc)}; fix or remove that entry") from None
         old = entries.get(agent_id)
         update = {name: getattr(new, name) for name in new.model_fields_set - {"id"}}
@@ -118,6 +118,14 @@ def reload_agents(settings: Settings) -> Settings:
     """The registry re-read by a running process (an agent was added, moved or removed), with
     the API keys of its agents' providers taken from the environment the settings were loaded with."""
     return _with_keys(with_registry(settings), settings.environ or {})
+
+
+def with_published(settings: Settings, entry: AgentEntry) -> Settings:
+    """``settings`` with one more agent, as its owner published it (its API key from this process's
+    environment, as for every agent: keys are never published)."""
+    agents = settings.agents
+    added = settings.model_copy(update={"agents": agents.model_copy(update={"entries": [*agents.entries, entry]})})
+    return _with_keys(added, settings.environ or {})
 
 
 def check_isolation(settings: Settings) -> None:

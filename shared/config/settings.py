@@ -253,6 +253,9 @@ class ServerSettings(_Model):
     #: "auto": bearer tokens required beyond loopback; "on": always; "off": never (needs --insecure
     #: beyond loopback). A token sent is checked in every mode.
     auth: Literal["auto", "on", "off"] = d.AUTH
+    #: The URL other nodes forward this node's agents' searches to; default: the address it listens
+    #: on (with the host name for 0.0.0.0 / ::).
+    advertise_url: str | None = None
 
 
 class QueryServiceSettings(_Model):
@@ -273,6 +276,10 @@ class LogSettings(_Model):
 
 class MemorydSettings(_Model):
     state_dir: str = d.STATE_DIR
+    #: Where the agents' data lives — indexes, logs, caches, the agent registry, tokens — when
+    #: several nodes share it (a shared volume or disk); default: the state dir. The state dir
+    #: keeps what is this node's own (its ``memoryd up``, its embedded Redis).
+    data_dir: str | None = None
     redis_url: str | None = None
     local_redis_url: str = d.DEFAULT_REDIS_URL
     #: Prefix of this installation's queues and Redis keys; default: derived from the state dir.
@@ -303,9 +310,14 @@ class Settings(_Model):
         return Path(self.memoryd.state_dir).expanduser()
 
     @property
+    def data_dir(self) -> Path:
+        """The agents' data (``memoryd.dataDir``), shared by the nodes that can take them over."""
+        return Path(self.memoryd.data_dir).expanduser() if self.memoryd.data_dir else self.state_dir
+
+    @property
     def namespace(self) -> str:
-        """This installation's prefix on one Redis: set, or the first 8 hex of sha256(state dir)."""
-        derived = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:8]
+        """This installation's prefix on one Redis: set, or the first 8 hex of sha256(data dir)."""
+        derived = hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:8]
         return self.memoryd.namespace or derived
 
     @property
@@ -316,7 +328,7 @@ class Settings(_Model):
     def index_path(self, agent_id: str) -> Path:
         if not isinstance(agent_id, str) or not re.fullmatch(AGENT_ID_PATTERN, agent_id):
             raise BadRequest(f"{agent_id!r} is not an agent id (letters, digits, '_', '.', '-')")
-        return self.state_dir / "memory" / f"{agent_id}.sqlite"
+        return self.data_dir / "memory" / f"{agent_id}.sqlite"
 
     def agent_ids(self) -> list[str]:
         return [a.id for a in self.agents.entries]

@@ -17,6 +17,7 @@ import os
 import re
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import tiktoken
 
@@ -220,8 +221,9 @@ def _skip(event: FileChanged, reason: str, sha: str, size: int, mtime: float) ->
                        sha256=sha, size=size, mtime=mtime, reason=reason)
 
 
-def chunk_file(event: FileChanged, settings: Settings) -> FileChunked | FileSkipped | FileDeleted:
-    """Read and chunk the file an event names; what became of it is the returned event."""
+def read_file(event: FileChanged, settings: Settings) -> FileChanged | FileSkipped | FileDeleted:
+    """Read the file an event names, on the node whose workspace holds it: → the event with the
+    file's text (and the sha256, size and mtime of what was read), or what became of the file."""
     try:  # only a file of the event's own agent: a payload naming another agent's folder is refused
         absolute = Workspace(settings.agent(event.agent)).locate(event.root, event.rel, event.path).absolute
     except PathRefused as exc:
@@ -230,6 +232,10 @@ def chunk_file(event: FileChanged, settings: Settings) -> FileChunked | FileSkip
     try:  # a FIFO, socket or device named *.md is refused before a byte is read, without blocking
         fd = open_regular(absolute)
     except FileNotFoundError:
+        if not Path(event.root).is_dir():  # not gone: this node does not see the agent's workspace
+            raise FileNotFoundError(f"agent {event.agent}: {event.path}: its folder {event.root} is not on this "
+                                    "node; its file events are read where the workspace is (the agent's owner)") \
+                from None
         return FileDeleted(agent=event.agent, path=event.path, seq=event.seq, run=event.run, origin="chunker")
     except NotRegularFile as exc:
         return _skip(event, str(exc), "", 0, 0.0)
@@ -252,7 +258,18 @@ def chunk_file(event: FileChanged, settings: Settings) -> FileChunked | FileSkip
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         return _skip(event, f"not valid UTF-8 (byte {exc.start}); re-save it as UTF-8", sha, len(data), st.st_mtime)
+    return event.model_copy(update={"text": text, "sha256": sha, "size": len(data), "mtime": st.st_mtime})
+
+
+def chunk_file(event: FileChanged, settings: Settings) -> FileChunked | FileSkipped | FileDeleted:
+    """Chunk the text an event carries (read here first when it carries none); → what became of the file."""
+    if event.text is None:
+        read = read_file(event, settings)
+        if not isinstance(read, FileChanged):
+            return read
+        event = read
+    assert event.text is not None
     chunker = Chunker.from_settings(settings, event.agent)
     return FileChunked(agent=event.agent, path=event.path, seq=event.seq, run=event.run, source=event.source,
-                       sha256=sha, size=len(data), mtime=st.st_mtime, chunker=chunker.fingerprint,
-                       chunks=chunker.chunk(text))
+                       sha256=event.sha256, size=event.size, mtime=event.mtime, chunker=chunker.fingerprint,
+                       chunks=chunker.chunk(event.text))

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from memoryd.shared.events import ChunkData
-from memoryd.shared.exceptions import IndexMissing
+from memoryd.shared.exceptions import Fenced, IndexMissing
 from memoryd.shared.index import schema, sqlitedb
 from memoryd.shared.index.fts import segment
 from memoryd.shared.index.indexvectors import VectorSync, read_meta
@@ -33,6 +33,7 @@ META_EMBEDDER = "embedder"
 META_DIMS = "dims"
 META_GENERATION = "generation"
 META_CHUNKS = "chunks"  # kept by triggers (shared/index/schema.py, migration 4)
+META_FENCE = "fence"  # the newest fencing token a write came with (shared/runtime/lease.py)
 
 
 def chunk_count(conn: Any) -> int:
@@ -153,6 +154,10 @@ class IndexWriter(_Queries):
         #: The time written into rows; a replay sets it to each event's log time, so replaying
         #: the same log twice writes the same bytes.
         self.clock: Callable[[], float] = time.time
+        #: The fencing token this writer's transactions carry (the agent's lease; None: unfenced,
+        #: e.g. a replay into a file of its own). A transaction under an older token than the
+        #: index has seen is refused (Fenced); a newer one is recorded.
+        self.fence: int | None = None
         schema.migrate(self.conn, self.path)
         #: The vector file the query side maps (shared/index/indexvectors.py), kept in step with each commit.
         self.vectors = VectorSync(self.path, self.conn)
@@ -183,6 +188,16 @@ class IndexWriter(_Queries):
             f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{dims}] distance_metric=cosine)"
         )
         self.set_meta(META_DIMS, str(dims))
+
+    def _check_fence(self) -> None:
+        """Inside the transaction: refuse it if the index has seen a newer token; record a newer one."""
+        if self.fence is None:
+            return
+        seen = int(self.meta(META_FENCE) or 0)
+        if self.fence < seen:
+            raise Fenced(self.path.stem, f"the index {self.path}", self.fence, seen)
+        if self.fence > seen:
+            self.set_meta(META_FENCE, str(self.fence))
 
     def _bump_generation(self) -> None:
         self.conn.execute(
@@ -313,6 +328,11 @@ class _Transaction:
 
     def __enter__(self) -> IndexWriter:
         self.writer.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.writer._check_fence()
+        except Fenced:
+            self.writer.conn.execute("ROLLBACK")
+            raise
         self.writer.vectors.begin(int(self.writer.meta(META_GENERATION) or 0) + 1)
         return self.writer
 

@@ -24,30 +24,41 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import Settings
-from memoryd.shared.events import ChunksEmbedded, Event, FileChunked, VectorData, VectorsFilled, parse_event
+from memoryd.shared.events import (
+    ChunksEmbedded,
+    Event,
+    FileChanged,
+    FileChunked,
+    VectorData,
+    VectorsFilled,
+    parse_event,
+)
+from memoryd.shared.exceptions import Fenced
 from memoryd.shared.index.content import ChunkRef, ContentStore, VectorStore
 
 log = logging.getLogger("memoryd.eventlog")
 
 SEGMENT_SUFFIX = ".log"
+#: The newest fencing token an append came with (shared/runtime/lease.py), beside the segments.
+FENCE_FILE = "fence"
 #: (segment number, byte offset in it): where a record starts, or where a fold stopped.
 Position = tuple[int, int]
 START: Position = (0, 0)
 
 
 def log_dir(settings: Settings, agent: str) -> Path:
-    return settings.state_dir / "log" / agent
+    return settings.data_dir / "log" / agent
 
 
 def content_path(settings: Settings, agent: str) -> Path:
-    return settings.state_dir / "content" / f"{agent}.sqlite"
+    return settings.data_dir / "content" / f"{agent}.sqlite"
 
 
 def segment_path(directory: Path, number: int) -> Path:
@@ -147,10 +158,27 @@ class _AgentLog:
             finally:
                 os.close(dir_fd)
 
-    def write(self, data: bytes) -> None:
+    def _check_fence(self, fence: int | None) -> None:
+        """Under the flock: refuse a write under an older token than the log has seen; record a newer one."""
+        if fence is None:
+            return
+        path = self.directory / FENCE_FILE
+        try:
+            seen = int(path.read_text(encoding="ascii") or 0)
+        except FileNotFoundError:
+            seen = 0
+        if fence < seen:
+            raise Fenced(self.directory.name, f"the log {self.directory}", fence, seen)
+        if fence > seen:
+            aside = path.with_name(f"{FENCE_FILE}.new")
+            aside.write_text(str(fence), encoding="ascii")
+            os.replace(aside, path)
+
+    def write(self, data: bytes, fence: int | None = None) -> None:
         with self.lock:
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
             try:
+                self._check_fence(fence)
                 if self.fd is None:
                     found = segments(self.directory)
                     self._open(found[-1] if found else 1)
@@ -202,16 +230,17 @@ class EventLog:
     def vectors(self, embedder: str) -> VectorStore:
         with self._lock:
             if embedder not in self._vectors:
-                self._vectors[embedder] = VectorStore(self.settings.state_dir, embedder)
+                self._vectors[embedder] = VectorStore(self.settings.data_dir, embedder)
             return self._vectors[embedder]
 
     def _agent_log(self, agent: str) -> _AgentLog:
         return self._recent(self._logs, agent,
                             lambda: _AgentLog(log_dir(self.settings, agent), self.settings.memoryd.log.segment_bytes))
 
-    def append(self, events: Sequence[Event]) -> None:
+    def append(self, events: Sequence[Event], fences: Mapping[str, int] | None = None) -> None:
         """Store the events' content (one transaction per store), then append the events, in
-        order, to their agents' logs (one write and one fsync per agent)."""
+        order, to their agents' logs (one write and one fsync per agent). ``fences``: the token
+        each agent's append carries (Fenced if its log has seen a newer one; unfenced if absent)."""
         by_agent: dict[str, list[Event]] = {}
         for event in events:
             by_agent.setdefault(event.agent, []).append(event)
@@ -229,7 +258,8 @@ class EventLog:
             now = time.time()
             lines = [json.dumps({"at": now, "event": slim(e, refs.get(id(e)))}, ensure_ascii=False,
                                 separators=(",", ":")) for e in mine]
-            self._agent_log(agent).write("".join(f"{line}\n" for line in lines).encode("utf-8"))
+            self._agent_log(agent).write("".join(f"{line}\n" for line in lines).encode("utf-8"),
+                                         (fences or {}).get(agent))
 
     def shrink(self) -> None:
         """Give back the page caches of the open content and vector stores (they stay open: other
@@ -250,6 +280,8 @@ class EventLog:
 def slim(event: Event, chunks_ref: str | None) -> dict[str, Any]:
     """The event as logged (its content already stored): chunk lists by ref, vectors by hash."""
     body = event.model_dump(mode="json")
+    if isinstance(event, FileChanged):
+        del body["text"]  # the file itself is the record; a re-drive reads it again
     if isinstance(event, FileChunked | ChunksEmbedded):
         body["chunks"] = chunks_ref
     if isinstance(event, ChunksEmbedded):

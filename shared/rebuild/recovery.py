@@ -19,19 +19,26 @@ The same thread seals checkpoints and applies retention every minute (checkpoint
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
 from typing import Any
 
+from rq import Queue
+from rq.job import Job
+from rq.registry import StartedJobRegistry
+
 from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import Settings
+from memoryd.shared.events import FileChanged
 from memoryd.shared.exceptions import IndexMissing
+from memoryd.shared.index.chunking import read_file
 from memoryd.shared.index.store import IndexReader
 from memoryd.shared.log.checkpoints import compact, fold
 from memoryd.shared.log.eventlog import EventLog, hydrate
 from memoryd.shared.rebuild import sidebyside as rebuild
-from memoryd.shared.runtime.bus import LOG_EPOCH, Bus
+from memoryd.shared.runtime.bus import LOG_EPOCH, Bus, queue_name
 
 log = logging.getLogger("memoryd.recovery")
 
@@ -66,22 +73,49 @@ def lost_work(settings: Settings, agent: str) -> dict[str, list[dict[str, Any]]]
     return work
 
 
+def queued_events(bus: Bus) -> set[str]:
+    """The event ids in every queue of this installation, waiting or started (after a loss: little)."""
+    prefix = queue_name(bus.namespace, "")  # "memoryd-<ns>-": this installation's queues only
+    found: set[str] = set()
+    for name in (k.decode().removeprefix(Queue.redis_queue_namespace_prefix)
+                 for k in bus.conn.smembers(Queue.redis_queues_keys)):
+        if not name.startswith(prefix):
+            continue
+        queue = Queue(name, connection=bus.conn)
+        ids = [*queue.get_job_ids(), *StartedJobRegistry(queue=queue).get_job_ids(cleanup=False)]
+        for job in Job.fetch_many(ids, connection=bus.conn):
+            payloads = job.args[0] if job is not None and job.args and isinstance(job.args[0], list) else []
+            found.update(json.loads(raw).get("event_id", "") for raw in payloads if isinstance(raw, str))
+    return found
+
+
 def redrive(settings: Settings, bus: Bus, agent: str) -> dict[str, int]:
-    """Queue the agent's lost work again (see the module doc). → events queued per job."""
+    """Queue the agent's lost work again (see the module doc): what the log holds and the index
+    lacks, less what a queue holds (an emit between its log append and its enqueue, a dead node's
+    jobs moved to the shared lanes). → events queued per job."""
     work = lost_work(settings, agent)
+    queued = queued_events(bus) if any(work.values()) else set()  # looked at after the fold: see above
+    work = {job: [b for b in bodies if b.get("event_id") not in queued] for job, bodies in work.items()}
     stores = EventLog(settings)
     try:
-        for job, bodies in work.items():
-            payloads = [hydrate(b, stores.content(agent), stores.vectors).model_dump_json() for b in bodies]
-            for start in range(0, len(payloads), d.FILES_PER_CHUNK_JOB):
-                bus.enqueue(job, payloads[start:start + d.FILES_PER_CHUNK_JOB], bulk=True)
+        hydrated = {job: [hydrate(b, stores.content(agent), stores.vectors) for b in bodies]
+                    for job, bodies in work.items()}
     finally:
         stores.close()
+    # a file to chunk again is read again here, where its workspace is: the chunkers need none
+    read = [read_file(e, settings) for e in hydrated.pop("chunk") if isinstance(e, FileChanged)]
+    hydrated["chunk"] = [e for e in read if isinstance(e, FileChanged)]
+    bus.emit("index", [e for e in read if not isinstance(e, FileChanged)], bulk=True)  # found gone or skipped now
+    for job, events in hydrated.items():
+        payloads = [e.model_dump_json() for e in events]
+        for start in range(0, len(payloads), d.FILES_PER_CHUNK_JOB):  # index jobs: to this node, the owner
+            bus.enqueue(job, payloads[start:start + d.FILES_PER_CHUNK_JOB], bulk=True,
+                        node=bus.settings.node if job == "index" else None)
     if rebuild.pending_plan(settings, agent) is not None:
         rebuild.request(bus, agent)
     counts = {job: len(bodies) for job, bodies in work.items()}
     if any(counts.values()):
-        log.warning("agent %s: re-driven from the log after Redis lost its queues: %s", agent, counts)
+        log.warning("agent %s: re-driven from the log: %s", agent, counts)
     return counts
 
 
@@ -93,10 +127,16 @@ class Recovery:
         self.seen: bytes | None = None
         self.compacted_at = 0.0
 
+    def owned(self, settings: Settings) -> list[str]:
+        """The agents whose lease this node holds now."""
+        owners = self.bus.leases.owners(settings.agent_ids())
+        return [a for a, owner in owners.items() if owner is not None and owner.node == settings.node]
+
     def check(self, settings: Settings) -> dict[str, dict[str, int]]:
-        """Re-drive every agent if Redis lost its data since the last check: its marker key is
-        gone, or holds a value set since (an emit into the emptied Redis came first). Once per
-        loss, whichever indexer sees it first. Seal checkpoints every LOG_COMPACT_SECONDS."""
+        """Re-drive the agents this node owns if Redis lost its data since the last check: its marker
+        key is gone, or holds a value set since (an emit into the emptied Redis came first). Once per
+        loss and node, whichever of its indexers sees it first (an agent nobody owned then is re-driven
+        by the node that takes it: shared/rebuild/takeover.py). Seal checkpoints every LOG_COMPACT_SECONDS."""
         key = self.bus.key(LOG_EPOCH)
         current = self.bus.conn.get(key)
         lost = current is None or (self.seen is not None and current != self.seen)
@@ -105,11 +145,11 @@ class Recovery:
             current = self.bus.conn.get(key)
         self.seen = current
         redriven = {}
-        if lost and current is not None and self.bus.conn.set(f"{key}:redriven:{current.decode()}", 1, nx=True,
-                                                              ex=d.REDRIVE_CLAIM_SECONDS):
-            redriven = {agent: redrive(settings, self.bus, agent) for agent in settings.agent_ids()}
+        claim = f"{key}:redriven:{current.decode() if current else ''}:{settings.node}"
+        if lost and current is not None and self.bus.conn.set(claim, 1, nx=True, ex=d.REDRIVE_CLAIM_SECONDS):
+            redriven = {agent: redrive(settings, self.bus, agent) for agent in self.owned(settings)}
         if time.monotonic() - self.compacted_at >= d.LOG_COMPACT_SECONDS:
             self.compacted_at = time.monotonic()
-            for agent in settings.agent_ids():
+            for agent in self.owned(settings):
                 compact(settings, agent)
         return redriven

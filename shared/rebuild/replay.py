@@ -121,7 +121,7 @@ def as_of_index(settings: Settings, agent: str, as_of: str) -> Path:
     key = hashlib.sha256(json.dumps([target.embedder, sorted(
         (p, s.seq, s.status, s.chunks["chunks"] if s.chunks else None,
          s.chunks["vectors_missing"] if s.chunks else None) for p, s in state.files.items())]).encode()).hexdigest()
-    folder = settings.state_dir / SNAPSHOTS / agent
+    folder = settings.data_dir / SNAPSHOTS / agent
     path = folder / f"{key[:24]}.sqlite"
     if path.exists():
         os.utime(path)

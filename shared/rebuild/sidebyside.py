@@ -206,7 +206,7 @@ def request(bus: Bus, agent: str) -> bool:
     job_id = bus.job_id(f"rebuild-{agent}")
     if _pending(bus, job_id):
         return False
-    bus.enqueue("rebuild", agent, job_id=job_id)
+    bus.enqueue("rebuild", agent, job_id=job_id, node=bus.owner_node(agent))
     return True
 
 

@@ -74,6 +74,14 @@ def alive(conn: redis.Redis, name: str) -> bool:
     return int(conn.info("server")["uptime_in_seconds"]) <= d.ALIVE_TTL_SECONDS
 
 
+def node_alive(conn: redis.Redis, node: str) -> bool:
+    """Whether any memoryd process of ``node`` is alive (a SCAN of the heartbeat keys; the same
+    grace after a Redis restart as :func:`alive`)."""
+    if next(conn.scan_iter(match=alive_key(f"{node}.*"), count=1000), None) is not None:
+        return True
+    return int(conn.info("server")["uptime_in_seconds"]) <= d.ALIVE_TTL_SECONDS
+
+
 class Heartbeat:
     """Keeps this process's heartbeat key fresh (call :meth:`beat` every ALIVE_BEAT_SECONDS)."""
 

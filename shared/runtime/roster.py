@@ -61,7 +61,7 @@ def add_agent(settings: Settings, agent_id: str, workspace: Path, extra_paths: l
         entries[agent_id] = entry
         added.append(with_registry(settings, entries))  # validates the entry and refuses overlaps
 
-    registry.update(settings.state_dir, change)
+    registry.update(settings.data_dir, change)
     return added[0]
 
 
@@ -75,7 +75,7 @@ def register_agent(settings: Settings, agent_id: str, workspace: Path) -> Settin
     def change(entries: registry.Entries) -> None:
         entries[agent_id] = {**entries.get(agent_id, {}), "workspace": str(workspace.resolve())}
 
-    registry.update(settings.state_dir, change)
+    registry.update(settings.data_dir, change)
     return updated
 
 
@@ -94,7 +94,7 @@ def remove_agent(settings: Settings, agent_id: str) -> dict[str, Any]:
         del entries[agent_id]
 
     workspace = settings.agent(agent_id).workspace if agent_id in settings.agent_ids() else None
-    registry.update(settings.state_dir, change)
+    registry.update(settings.data_dir, change)
     index = settings.index_path(agent_id)
     content = content_path(settings, agent_id)
     removed = []
@@ -106,11 +106,11 @@ def remove_agent(settings: Settings, agent_id: str) -> dict[str, Any]:
             path.unlink()
             removed.append(str(path))
     # its event log, and the as-of snapshots built from it (shared/rebuild/replay.py's SNAPSHOTS)
-    for folder in (log_dir(settings, agent_id), settings.state_dir / "snapshots" / agent_id):
+    for folder in (log_dir(settings, agent_id), settings.data_dir / "snapshots" / agent_id):
         if folder.is_dir():
             shutil.rmtree(folder)
             removed.append(str(folder))
-    Tokens(settings.state_dir).revoke(agent_principal(agent_id))
+    Tokens(settings.data_dir).revoke(agent_principal(agent_id))
     return {"agent": agent_id, "removed": removed, "kept": str(workspace) if workspace else None}
 
 
@@ -118,9 +118,9 @@ def describe(settings: Settings) -> list[dict[str, Any]]:
     """Every agent: id, workspace, extraPaths, provider, where it is defined, index and token."""
     from memoryd.shared.embed import providers
 
-    tokens = Tokens(settings.state_dir).issued()
+    tokens = Tokens(settings.data_dir).issued()
     config_ids = _config_ids(settings)
-    registered = registry.read(settings.state_dir)
+    registered = registry.read(settings.data_dir)
     out = []
     for agent_id in settings.agent_ids():
         agent = settings.agent(agent_id)
@@ -144,13 +144,13 @@ class LiveSettings:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._stamp = registry.stamp(settings.state_dir)
+        self._stamp = registry.stamp(settings.data_dir)
         self._lock = threading.Lock()
 
     def current(self) -> Settings:
         """The settings, re-read if the registry changed; a registry that does not load (a hand
         edit gone wrong) is logged and the agents as they were go on serving."""
-        stamp = registry.stamp(self._settings.state_dir)
+        stamp = registry.stamp(self._settings.data_dir)
         if stamp != self._stamp:
             with self._lock:
                 if stamp != self._stamp:

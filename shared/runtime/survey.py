@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from memoryd.shared import defaults as d
@@ -19,6 +19,7 @@ from memoryd.shared.config.settings import Settings
 from memoryd.shared.config.workspace import MemoryFile, Skipped, Workspace, file_sha256
 from memoryd.shared.events import FileChanged, FileDeleted, FileSkipped
 from memoryd.shared.exceptions import IndexMissing
+from memoryd.shared.index.chunking import read_file
 from memoryd.shared.index.store import IndexReader
 from memoryd.shared.runtime.bus import Bus
 
@@ -55,6 +56,19 @@ def changed_event(bus: Bus, agent_id: str, found: MemoryFile, *, origin: str,
     return FileChanged(agent=agent_id, path=found.path, seq=bus.next_seq(agent_id), run=run, root=str(found.root),
                        rel=found.rel, source=found.source, sha256=sha, size=st.st_size, mtime=st.st_mtime,
                        origin=origin)
+
+
+def emit_changed(bus: Bus, settings: Settings, events: Sequence[FileChanged], *, bulk: bool | None = None) -> None:
+    """Read each changed file here, on the node whose workspace holds it, and send its text to the
+    chunkers (which need no workspace: any node's will do); what the reading found skipped or gone
+    goes to the index."""
+    read: list[FileChanged] = []
+    other: list[FileSkipped | FileDeleted] = []
+    for event in events:
+        result = read_file(event, settings)
+        (read if isinstance(result, FileChanged) else other).append(result)
+    bus.emit("chunk", read, bulk=bulk)
+    bus.emit("index", other, bulk=bulk)
 
 
 @dataclass

@@ -43,7 +43,7 @@ from rq.utils import as_text, now, parse_composite_key
 
 from memoryd.shared import defaults as d
 from memoryd.shared.config import registry
-from memoryd.shared.config.loader import reload_agents
+from memoryd.shared.config.loader import reload_agents, with_published
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.exceptions import ConfigError
 from memoryd.shared.redact import redact
@@ -73,9 +73,11 @@ class WorkerContext:
     registry_stamp: tuple[int, int, int] | None = None
     #: ``memoryd index`` runs its stages as threads of one process, sharing this context.
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: Agents known only from their owner's published configuration (:meth:`ensure_agent`).
+    published: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        self.registry_stamp = registry.stamp(self.settings.state_dir)
+        self.registry_stamp = registry.stamp(self.settings.data_dir)
 
     @property
     def bus(self) -> Bus:
@@ -111,15 +113,22 @@ class WorkerContext:
 
     def ensure_agent(self, agent_id: str) -> None:
         """Follow the agent registry: reload the agents when it changed (``memoryd agents add`` /
-        ``remove``, ``memoryd index --workspace``), or when ``agent_id`` is unknown. A removed
-        agent's jobs fail with UnknownAgent; its writer, if open, ages out of :meth:`memo`."""
-        stamp = registry.stamp(self.settings.state_dir)
-        if stamp != self.registry_stamp or agent_id not in self.settings.agent_ids():
+        ``remove``, ``memoryd index --workspace``), or when ``agent_id`` is unknown. An agent this
+        node's registry and config do not know is taken as its owner published it (a chunker or
+        embedder without the data dir), read again at each job. A removed agent's jobs fail with
+        UnknownAgent; its writer, if open, ages out of :meth:`memo`."""
+        stamp = registry.stamp(self.settings.data_dir)
+        if stamp != self.registry_stamp or agent_id not in self.settings.agent_ids() or agent_id in self.published:
             self.registry_stamp = stamp
             try:
                 self.settings = reload_agents(self.settings)
             except ConfigError as exc:  # a hand edit gone wrong: the agents as they were go on
                 log.warning("agent registry not reloaded: %s", exc)
+            if agent_id not in self.settings.agent_ids() and self.redis_bus is not None:
+                published = self.redis_bus.published_agent(agent_id)
+                if published is not None:
+                    self.settings = with_published(self.settings, published)
+                    self.published.add(agent_id)
             self.settings.agent(agent_id)  # unknown (or removed): UnknownAgent names the fix
 
 

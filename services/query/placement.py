@@ -1,0 +1,96 @@
+"""Which node answers for an agent: this one, the owner (forwarded to), or nobody now (said so).
+
+The query service of every node takes every agent's searches. An agent whose lease this
+node holds (shared/runtime/lease.py) is answered here. One that another node holds is
+forwarded to that node's query service, at the address it publishes, with the caller's
+token (tokens live in the shared data dir: the same on every node); when that node published
+no address the answer is 503 ``agent_elsewhere`` naming it. An agent no live node holds is
+answered from this node's copy of its index, and the answer says why it may be stale
+(``unavailable``): never stale in silence. While Redis cannot be reached (``memoryd serve``
+also runs without one) every agent is answered here, and the log says so once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import redis
+
+from memoryd.shared import defaults as d
+from memoryd.shared.exceptions import NotOwner
+from memoryd.shared.redact import redact
+from memoryd.shared.runtime.lease import Leases
+
+log = logging.getLogger("memoryd.placement")
+
+#: A forwarded request carries this header; the owner answers it itself (never forwards it again).
+FORWARDED = "x-memoryd-forwarded"
+#: How long a forwarded request may take at the owner (a search is ~15 ms; an asOf replay longer).
+FORWARD_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Route:
+    #: The owner's query address: forward there (None: answer here).
+    address: str | None = None
+    #: Why an answer given here may be stale (None: this node owns the agent).
+    unavailable: str | None = None
+
+
+class Placement:
+    """One query service's view of who owns each agent, and its forwarding client."""
+
+    def __init__(self, conn: redis.Redis, namespace: str, node: str) -> None:
+        self.leases = Leases(conn, namespace, node)
+        self.node = node
+        self.client = httpx.Client(timeout=FORWARD_TIMEOUT_SECONDS)
+        self._stop = threading.Event()
+        self._unreachable = False  # said once per outage
+
+    def route(self, agent: str, forwarded: bool) -> Route:
+        try:
+            owner = self.leases.owner(agent)
+            address = self.leases.address(owner.node) if owner is not None and owner.node != self.node else None
+        except redis.RedisError as exc:  # no pipeline to ask (``memoryd serve`` runs without Redis too): answer here
+            if not self._unreachable:
+                log.warning("cannot reach Redis to learn who owns the agents (%s): answering from this node's "
+                            "indexes", redact(str(exc)))
+            self._unreachable = True
+            return Route()
+        self._unreachable = False
+        if owner is None:
+            return Route(unavailable=f"no live node holds agent {agent}'s lease now (none reaches its data, or "
+                                     "one is taking it over): answered from this node's copy of its index, "
+                                     "which nobody is updating; see `memoryd status`")
+        if owner.node == self.node or forwarded:
+            return Route()
+        if address is None:
+            raise NotOwner(agent, owner.node)
+        return Route(address=address)
+
+    def forward(self, address: str, path: str, body: dict[str, Any], authorization: str | None) -> httpx.Response:
+        headers = {FORWARDED: self.node, **({"authorization": authorization} if authorization else {})}
+        return self.client.post(f"{address.rstrip('/')}{path}", json=body, headers=headers)
+
+    def publish(self, url: str) -> None:
+        """Publish this node's query address now and every LEASE_RENEW_SECONDS until :meth:`close`."""
+
+        def beat() -> None:
+            while True:
+                try:
+                    self.leases.publish_address(url)
+                except redis.RedisError as exc:
+                    log.warning("query address not published (next try in %.0fs): %s", d.LEASE_RENEW_SECONDS,
+                                redact(str(exc)))
+                if self._stop.wait(d.LEASE_RENEW_SECONDS):
+                    return
+
+        threading.Thread(target=beat, name="publish-address", daemon=True).start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.client.close()
