@@ -78,3 +78,28 @@ def test_a_node_that_cannot_reach_redis_writes_no_log(workspace: Path, make_sett
     with pytest.raises(redis.ConnectionError):
         bus.log([FileDeleted(agent="main", path="memory/x.md", seq=1)])
     assert segments(log_dir(settings, "main")) == []
+
+
+def test_a_rebuilt_index_keeps_the_newest_token_its_predecessor_saw(workspace: Path, make_settings,
+                                                                    tmp_path: Path) -> None:
+    """A side-by-side rebuild swaps in a new file: a late write under an older token is refused there too."""
+    from memoryd.shared.exceptions import Fenced
+    from memoryd.shared.index.store import META_FENCE, IndexWriter
+    from memoryd.shared.rebuild.sidebyside import rebuild
+    from tests.inline_index import index_now
+
+    (workspace / "memory" / "a.md").write_text("- a fact\n")
+    settings, _ = make_settings(workspace)
+    index_now(settings, "main")
+    writer = IndexWriter(settings.index_path("main"))
+    writer.fence = 7
+    with writer.transaction():
+        pass
+    writer.close()
+    rebuild(settings, "main", embed=False)
+    late = IndexWriter(settings.index_path("main"))
+    assert late.meta(META_FENCE) == "7"
+    late.fence = 6
+    with pytest.raises(Fenced), late.transaction():
+        pass
+    late.close()

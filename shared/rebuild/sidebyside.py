@@ -38,7 +38,7 @@ from memoryd.shared.config.settings import Settings
 from memoryd.shared.events import ChunkData, ChunksEmbedded, Event, FileDeleted, FileSkipped, VectorData
 from memoryd.shared.exceptions import IndexMissing, MemorydError
 from memoryd.shared.index.apply import fingerprint
-from memoryd.shared.index.store import META_EMBEDDER, META_FINGERPRINT, IndexReader, IndexWriter
+from memoryd.shared.index.store import META_EMBEDDER, META_FENCE, META_FINGERPRINT, IndexReader, IndexWriter
 from memoryd.shared.index.vecfile import vec_path
 from memoryd.shared.log.checkpoints import fold
 from memoryd.shared.log.eventlog import EventLog
@@ -119,6 +119,17 @@ def swap_in(built: Path, target: Path) -> None:
         Path(f"{target}{side}").unlink(missing_ok=True)
 
 
+def _live_meta(index: Path, key: str) -> str | None:
+    try:
+        reader = IndexReader(index)
+    except IndexMissing:
+        return None
+    try:
+        return reader.meta(key)
+    finally:
+        reader.close()
+
+
 def live_fingerprint(settings: Settings, agent: str) -> str | None:
     try:
         reader = IndexReader(settings.index_path(agent))
@@ -170,6 +181,9 @@ def rebuild_slice(settings: Settings, agent: str, *, budget: float | None = None
             with swap_lock(settings, agent).held(exclusive=True):
                 with writer.transaction():
                     materialize(settings, agent, fold(settings, agent), writer, target, stores, counts)
+                    fence = _live_meta(index, META_FENCE)
+                    if fence is not None:  # the newest token the live index has seen stays the bar
+                        writer.set_meta(META_FENCE, fence)
                 writer.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 writer.close()
                 swap_in(Path(plan["temp"]), index)
