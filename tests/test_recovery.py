@@ -24,10 +24,8 @@ def test_a_flush_is_seen_even_when_an_emit_refilled_the_marker_first_and_redrive
     settings, _ = make_settings(workspace, redis=redis_url)
     bus = Bus(redis.Redis.from_url(redis_url), settings)
     first, second = Recovery(bus), Recovery(bus)  # two indexer processes of one node
-    assert first.check(settings) == {}  # an empty Redis, and no agent this node owns: nothing to look at
-    bus.leases.token("main")  # the node takes the agent (its watcher does)
-    bus.conn.delete(bus.key("log-epoch"))
     assert first.check(settings) == {"main": {"index": 0, "embed": 0, "chunk": 0}}  # an empty Redis: looked
+    assert bus.leases.owner("main").node == settings.node  # and took the agent nobody held
     assert second.check(settings) == {}
     files = list(Workspace(settings.agent("main")).scan())
     bus.emit("chunk", [changed_event(bus, "main", files[0], origin="watch")])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import uuid
 from typing import Any
@@ -119,6 +120,19 @@ def redrive(settings: Settings, bus: Bus, agent: str) -> dict[str, int]:
     return counts
 
 
+def reachable(settings: Settings, agent_id: str) -> str | None:
+    """Why this node cannot serve ``agent_id`` (None: it can)."""
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"its data dir {settings.data_dir} cannot be made here ({exc.strerror})"
+    if not os.access(settings.data_dir, os.W_OK):
+        return f"its data dir {settings.data_dir} is not writable here"
+    if not settings.agent(agent_id).workspace.is_dir() and settings.index_path(agent_id).exists():
+        return f"its workspace {settings.agent(agent_id).workspace} is not here, and it has an index"
+    return None
+
+
 class Recovery:
     """The indexer's watch for a Redis that lost its data, and its log upkeep."""
 
@@ -127,16 +141,20 @@ class Recovery:
         self.seen: bytes | None = None
         self.compacted_at = 0.0
 
-    def owned(self, settings: Settings) -> list[str]:
-        """The agents whose lease this node holds now."""
+    def owned(self, settings: Settings, *, take: bool = False) -> list[str]:
+        """The agents whose lease this node holds now; ``take``: taking the free ones it can serve
+        first (after Redis lost its data the leases are gone too, and a node may run no watcher)."""
+        if take:
+            servable = [a for a in settings.agent_ids() if reachable(settings, a) is None]
+            return [a for a, owner in self.bus.leases.hold_many(servable).items() if owner.node == settings.node]
         owners = self.bus.leases.owners(settings.agent_ids())
         return [a for a, owner in owners.items() if owner is not None and owner.node == settings.node]
 
     def check(self, settings: Settings) -> dict[str, dict[str, int]]:
-        """Re-drive the agents this node owns if Redis lost its data since the last check: its marker
-        key is gone, or holds a value set since (an emit into the emptied Redis came first). Once per
-        loss and node, whichever of its indexers sees it first (an agent nobody owned then is re-driven
-        by the node that takes it: shared/rebuild/takeover.py). Seal checkpoints every LOG_COMPACT_SECONDS."""
+        """Re-drive the agents this node owns, or can take, if Redis lost its data since the last
+        check: its marker key is gone, or holds a value set since (an emit into the emptied Redis came
+        first). Once per loss and node, whichever of its indexers sees it first (an agent another node
+        takes is re-driven there: shared/rebuild/takeover.py). Seal checkpoints every LOG_COMPACT_SECONDS."""
         key = self.bus.key(LOG_EPOCH)
         current = self.bus.conn.get(key)
         lost = current is None or (self.seen is not None and current != self.seen)
@@ -147,7 +165,7 @@ class Recovery:
         redriven = {}
         claim = f"{key}:redriven:{current.decode() if current else ''}:{settings.node}"
         if lost and current is not None and self.bus.conn.set(claim, 1, nx=True, ex=d.REDRIVE_CLAIM_SECONDS):
-            redriven = {agent: redrive(settings, self.bus, agent) for agent in self.owned(settings)}
+            redriven = {agent: redrive(settings, self.bus, agent) for agent in self.owned(settings, take=True)}
         if time.monotonic() - self.compacted_at >= d.LOG_COMPACT_SECONDS:
             self.compacted_at = time.monotonic()
             for agent in self.owned(settings):

@@ -19,29 +19,15 @@ The index lanes of a node with no live process are moved to the shared lanes
 from __future__ import annotations
 
 import logging
-import os
 
 from rq import Queue
 
 from memoryd.shared.config.settings import Settings
-from memoryd.shared.rebuild.recovery import redrive
+from memoryd.shared.rebuild.recovery import reachable, redrive
 from memoryd.shared.runtime.bus import OWNED_STAGE, Bus, queue_name
 from memoryd.shared.runtime.liveness import node_alive
 
 log = logging.getLogger("memoryd.keeper")
-
-
-def reachable(settings: Settings, agent_id: str) -> str | None:
-    """Why this node cannot serve ``agent_id`` (None: it can)."""
-    try:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return f"its data dir {settings.data_dir} cannot be made here ({exc.strerror})"
-    if not os.access(settings.data_dir, os.W_OK):
-        return f"its data dir {settings.data_dir} is not writable here"
-    if not settings.agent(agent_id).workspace.is_dir() and settings.index_path(agent_id).exists():
-        return f"its workspace {settings.agent(agent_id).workspace} is not here, and it has an index"
-    return None
 
 
 class Keeper:
