@@ -83,3 +83,25 @@ def test_a_re_drive_leaves_what_a_queue_holds(workspace: Path, make_settings, re
     bus.queues["chunk"].empty()  # now it is lost
     assert redrive(settings, bus, "main") == {"index": 0, "embed": 0, "chunk": 1}
     assert _queued(bus, "chunk") == 1
+
+
+def test_an_emit_racing_the_first_look_at_a_fresh_redis_is_not_lost_work(workspace: Path, make_settings,
+                                                                         redis_url: str) -> None:
+    """The indexer finds no marker; before it folds the log, the watcher's first emit sets the marker,
+    logs its change and queues it, and a chunker has already taken the job (CI saw it: "re-driven from
+    the log" at start). Only what was logged before the indexer looked is lost work."""
+    (workspace / "memory" / "a.md").write_text("- a fact\n")
+    settings, _ = make_settings(workspace, redis=redis_url)
+    bus = Bus(redis.Redis.from_url(redis_url), settings)
+    (found,) = Workspace(settings.agent("main")).scan()
+    indexer = Recovery(bus)
+    owned = indexer.owned
+
+    def emit_then_owned(settings, *, take=False):  # between the indexer's look and its fold
+        bus.emit("chunk", [changed_event(bus, "main", found, origin="watch")])
+        bus.queues["chunk"].empty()  # a chunker took it
+        return owned(settings, take=take)
+
+    indexer.owned = emit_then_owned
+    assert indexer.check(settings) == {"main": {"index": 0, "embed": 0, "chunk": 0}}
+    assert _queued(bus, "chunk") == 0

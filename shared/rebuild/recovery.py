@@ -38,6 +38,7 @@ from memoryd.shared.index.chunking import read_file
 from memoryd.shared.index.store import IndexReader
 from memoryd.shared.log.checkpoints import compact, fold
 from memoryd.shared.log.eventlog import EventLog, hydrate
+from memoryd.shared.log.fold import Until
 from memoryd.shared.rebuild import sidebyside as rebuild
 from memoryd.shared.runtime.bus import LOG_EPOCH, Bus, queue_name
 
@@ -56,9 +57,10 @@ def _held(settings: Settings, agent: str) -> dict[str, int]:
         reader.close()
 
 
-def lost_work(settings: Settings, agent: str) -> dict[str, list[dict[str, Any]]]:
-    """The logged events the index has not got, by the job that takes them next."""
-    state = fold(settings, agent)
+def lost_work(settings: Settings, agent: str, before: float | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The logged events the index has not got, by the job that takes them next; ``before``: only
+    those appended by then (what was appended after a loss was seen went to the new Redis)."""
+    state = fold(settings, agent, Until(at=before) if before is not None else None)
     held = _held(settings, agent)
     work: dict[str, list[dict[str, Any]]] = {"index": [], "embed": [], "chunk": []}
     for path, decided in sorted(state.files.items()):
@@ -90,11 +92,11 @@ def queued_events(bus: Bus) -> set[str]:
     return found
 
 
-def redrive(settings: Settings, bus: Bus, agent: str) -> dict[str, int]:
+def redrive(settings: Settings, bus: Bus, agent: str, before: float | None = None) -> dict[str, int]:
     """Queue the agent's lost work again (see the module doc): what the log holds and the index
     lacks, less what a queue holds (an emit between its log append and its enqueue, a dead node's
     jobs moved to the shared lanes). → events queued per job."""
-    work = lost_work(settings, agent)
+    work = lost_work(settings, agent, before)
     queued = queued_events(bus) if any(work.values()) else set()  # looked at after the fold: see above
     work = {job: [b for b in bodies if b.get("event_id") not in queued] for job, bodies in work.items()}
     stores = EventLog(settings)
@@ -156,6 +158,9 @@ class Recovery:
         first). Once per loss and node, whichever of its indexers sees it first (an agent another node
         takes is re-driven there: shared/rebuild/takeover.py). Seal checkpoints every LOG_COMPACT_SECONDS."""
         key = self.bus.key(LOG_EPOCH)
+        # appended after this look, an event's job went into the Redis seen now (a watcher's first
+        # emit into a fresh Redis races this look): it is not lost work
+        looked = time.time()
         current = self.bus.conn.get(key)
         lost = current is None or (self.seen is not None and current != self.seen)
         if current is None:
@@ -165,7 +170,7 @@ class Recovery:
         redriven = {}
         claim = f"{key}:redriven:{current.decode() if current else ''}:{settings.node}"
         if lost and current is not None and self.bus.conn.set(claim, 1, nx=True, ex=d.REDRIVE_CLAIM_SECONDS):
-            redriven = {agent: redrive(settings, self.bus, agent) for agent in self.owned(settings, take=True)}
+            redriven = {agent: redrive(settings, self.bus, agent, looked) for agent in self.owned(settings, take=True)}
         if time.monotonic() - self.compacted_at >= d.LOG_COMPACT_SECONDS:
             self.compacted_at = time.monotonic()
             for agent in self.owned(settings):
