@@ -24,8 +24,6 @@ from __future__ import annotations
 import logging
 
 import redis
-from rq.exceptions import NoSuchJobError
-from rq.job import Job, JobStatus
 
 from memoryd.shared import defaults as d
 from memoryd.shared.events import (
@@ -177,21 +175,13 @@ def recovery_scheduler(ctx: WorkerContext) -> Periodic:
                     errors=(redis.RedisError, OSError, MemorydError), immediately=True)
 
 
-def _pending(ctx: WorkerContext, job_id: str) -> bool:
-    try:
-        status = Job.fetch(job_id, connection=ctx.bus.conn).get_status()
-    except NoSuchJobError:
-        return False
-    return status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
-
-
 def schedule_backfills(ctx: WorkerContext) -> None:
     """Queue, for every agent this node owns whose index has chunks without vectors, a backfill of
     up to BACKFILL_BATCH of them (their texts travel with the job: any embedder can take it)."""
     for agent in ctx.bus.agents_missing_vectors():
         owner = ctx.bus.leases.owner(agent)
         job_id = ctx.bus.job_id(f"backfill-{agent}")  # at most one backfill queued per agent
-        if owner is None or owner.node != ctx.settings.node or _pending(ctx, job_id):
+        if owner is None or owner.node != ctx.settings.node or ctx.bus.pending(job_id):
             continue
         try:
             reader = IndexReader(ctx.settings.index_path(agent))

@@ -13,7 +13,6 @@ also runs without one) every agent is answered here, and the log says so once.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,7 @@ from memoryd.shared import defaults as d
 from memoryd.shared.exceptions import NotOwner
 from memoryd.shared.redact import redact
 from memoryd.shared.runtime.lease import Leases
+from memoryd.shared.runtime.worker import Periodic
 
 log = logging.getLogger("memoryd.placement")
 
@@ -48,7 +48,7 @@ class Placement:
         self.leases = Leases(conn, namespace, node)
         self.node = node
         self.client = httpx.Client(timeout=FORWARD_TIMEOUT_SECONDS)
-        self._stop = threading.Event()
+        self._publisher: Periodic | None = None
         self._unreachable = False  # said once per outage
 
     def route(self, agent: str, forwarded: bool) -> Route:
@@ -78,19 +78,11 @@ class Placement:
 
     def publish(self, url: str) -> None:
         """Publish this node's query address now and every LEASE_RENEW_SECONDS until :meth:`close`."""
-
-        def beat() -> None:
-            while True:
-                try:
-                    self.leases.publish_address(url)
-                except redis.RedisError as exc:
-                    log.warning("query address not published (next try in %.0fs): %s", d.LEASE_RENEW_SECONDS,
-                                redact(str(exc)))
-                if self._stop.wait(d.LEASE_RENEW_SECONDS):
-                    return
-
-        threading.Thread(target=beat, name="publish-address", daemon=True).start()
+        self._publisher = Periodic("publish-address", d.LEASE_RENEW_SECONDS, lambda: self.leases.publish_address(url),
+                                   errors=(redis.RedisError,), immediately=True)
+        self._publisher.start()
 
     def close(self) -> None:
-        self._stop.set()
+        if self._publisher is not None:
+            self._publisher.stop.set()
         self.client.close()

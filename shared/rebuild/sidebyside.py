@@ -31,9 +31,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rq.exceptions import NoSuchJobError
-from rq.job import Job, JobStatus
-
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.events import ChunkData, ChunksEmbedded, Event, FileDeleted, FileSkipped, VectorData
 from memoryd.shared.exceptions import IndexMissing, MemorydError
@@ -207,18 +204,10 @@ def rebuild(settings: Settings, agent: str, *, embed: bool = True) -> dict[str, 
         time.sleep(0.1)
 
 
-def _pending(bus: Bus, job_id: str) -> bool:
-    try:
-        status = Job.fetch(job_id, connection=bus.conn).get_status()
-    except NoSuchJobError:
-        return False
-    return status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
-
-
 def request(bus: Bus, agent: str) -> bool:
     """Queue the agent's rebuild job unless one is queued or running. → whether it was queued."""
     job_id = bus.job_id(f"rebuild-{agent}")
-    if _pending(bus, job_id):
+    if bus.pending(job_id):
         return False
     bus.enqueue("rebuild", agent, job_id=job_id, node=bus.owner_node(agent))
     return True

@@ -33,6 +33,8 @@ from collections.abc import Sequence
 
 import redis
 from rq import Queue, Retry, get_current_job
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
 
 from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import AgentEntry, Settings
@@ -125,6 +127,14 @@ class Bus:
     def job_id(self, name: str) -> str:
         """A deterministic job id (at most one such job at a time) of this installation."""
         return f"{self.namespace}-{name}"
+
+    def pending(self, job_id: str) -> bool:
+        """Whether the job ``job_id`` is queued, running, scheduled or deferred (one such job at a time)."""
+        try:
+            status = Job.fetch(job_id, connection=self.conn).get_status()
+        except NoSuchJobError:
+            return False
+        return status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
 
     def next_seq(self, agent: str) -> int:
         return int(self._next_seq(keys=[self.key("seq", agent)], args=[int(time.time() * 1_000_000)]))
