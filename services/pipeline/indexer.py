@@ -37,6 +37,7 @@ from memoryd.shared.events import (
     parse_event,
 )
 from memoryd.shared.exceptions import IndexMissing, MemorydError, NotOwner
+from memoryd.shared.index import languages
 from memoryd.shared.index.apply import apply, apply_text_first, open_writer, outdated
 from memoryd.shared.index.store import IndexReader, IndexWriter
 from memoryd.shared.rebuild.recovery import Recovery
@@ -79,6 +80,7 @@ def _owned(ctx: WorkerContext, job: str, events: list[Event]) -> tuple[list[Even
 
 
 def _open(ctx: WorkerContext, agent: str) -> IndexWriter:
+    ctx.settings = languages.at_open(ctx.settings, agent)
     writer = open_writer(ctx.settings, agent)
     if outdated(writer, ctx.settings, agent) and ctx.redis_bus is not None:
         request(ctx.bus, agent)  # built side by side; this one answers and takes events meanwhile
@@ -132,6 +134,7 @@ def _index(ctx: WorkerContext, events: list[Event], tokens: dict[str, int]) -> i
         if result is not None:
             applied.append(result)
     _finish(ctx, tokens, applied)
+    _follow_languages(ctx, events, tokens)
     actions: dict[str, int] = {}
     for a in applied:
         actions[a.action] = actions.get(a.action, 0) + 1
@@ -139,6 +142,18 @@ def _index(ctx: WorkerContext, events: list[Event], tokens: dict[str, int]) -> i
              ", ".join(f"{n} {action}" for action, n in sorted(actions.items())) or "nothing new",
              sum(a.chunks for a in applied), ", ".join(sorted(tokens)))
     return len(applied)
+
+
+def _follow_languages(ctx: WorkerContext, events: list[Event], tokens: dict[str, int]) -> None:
+    """An agent whose memory came to hold CJK text gets the multilingual model: marked, then its
+    index rebuilt side by side (shared/index/languages.py)."""
+    follower: languages.Follower = ctx.memo("languages", languages.Follower)
+    for agent, fence in tokens.items():
+        texts = [c.text for e in events if e.agent == agent and isinstance(e, ChunksEmbedded) for c in e.chunks]
+        followed = follower.follow(ctx.settings, agent, texts, _writer(ctx, agent, fence).conn)
+        if followed is not None:
+            ctx.settings = followed
+            request(ctx.bus, agent)
 
 
 def text_job(events: list[str]) -> int:

@@ -127,6 +127,18 @@ class AgentIndex:
     def is_open(self) -> bool:
         return self._state is not None
 
+    def embedder(self) -> str | None:
+        """What made the index's vectors, as its last snapshot saw it (one is taken when none was yet);
+        None when the index is missing."""
+        if self._state is None:
+            try:
+                with self.snapshot():
+                    pass
+            except IndexMissing:
+                return None
+        state = self._state
+        return state.embedder if state is not None else None
+
     @property
     def busy(self) -> bool:
         """Whether a search holds a snapshot of it now."""

@@ -142,6 +142,12 @@ class QueryService:
     # --- memory_search -----------------------------------------------------------------
     def search(self, agent_id: str, request: SearchRequest) -> SearchResponse:
         agent = self.agent(agent_id)
+        agent_index = self._index_at(agent_id, request.as_of)
+        # While the index is rebuilt for the other local model (shared/index/languages.py), its own
+        # model answers: the search keeps its vectors.
+        served = providers.serving(agent.memory_search, agent_index.embedder())
+        if served is not agent.memory_search:
+            agent = agent.model_copy(update={"memory_search": served})
         search = agent.memory_search
         q = search.query
         max_results = request.max_results or q.max_results
@@ -158,7 +164,6 @@ class QueryService:
         # The query's embedding starts now, before the snapshot, on its provider's own thread.
         embedding = self._embedding(agent, request.query) if mode != "keyword" else Vectors(None, None)
         started = time.monotonic()
-        agent_index = self._index_at(agent_id, request.as_of)
         with agent_index.snapshot() as index:
             found = self._in_snapshot(index, plan, embedding, None)
         if isinstance(found, _Late):

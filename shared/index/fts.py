@@ -40,6 +40,10 @@ def cjk_share(text: str) -> float:
     return len(_CJK_CHAR.findall(text)) / letters if letters else 0.0
 
 
+def has_cjk(text: str) -> bool:
+    return _CJK_CHAR.search(text) is not None
+
+
 def query_terms(query: str) -> list[str]:
     """The query's terms as FTS5 phrases: words, and CJK runs as phrases of their characters.
 

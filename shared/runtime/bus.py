@@ -213,7 +213,8 @@ class Bus:
             c = settings.agent(agent)
             entry = AgentEntry(id=agent, workspace=str(c.workspace), extra_paths=list(c.extra_paths),
                                context_window=c.context_window, compaction=c.compaction,
-                               memory_search=c.memory_search, heartbeat=c.heartbeat)
+                               memory_search=c.memory_search, heartbeat=c.heartbeat,
+                               cjk_memory=c.cjk_memory or None)
             text = entry.model_dump_json(by_alias=True, exclude_none=True)
             if said.get(agent) != text:
                 changed[agent] = text

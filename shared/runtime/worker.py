@@ -43,7 +43,7 @@ from rq.utils import as_text, now, parse_composite_key
 
 from memoryd.shared import defaults as d
 from memoryd.shared.config import registry
-from memoryd.shared.config.loader import reload_agents, with_published
+from memoryd.shared.config.loader import reload_agents, with_cjk_memory, with_published
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.exceptions import ConfigError
 from memoryd.shared.redact import redact
@@ -130,6 +130,13 @@ class WorkerContext:
                     self.settings = with_published(self.settings, published)
                     self.published.add(agent_id)
             self.settings.agent(agent_id)  # unknown (or removed): UnknownAgent names the fix
+        if self.registry_stamp is None and self.redis_bus is not None and agent_id not in self.published \
+                and not self.settings.agent(agent_id).cjk_memory:
+            # No registry here (a node without the data dir): what the owner noted of the agent's
+            # memory (shared/index/languages.py) comes with its published configuration.
+            published = self.redis_bus.published_agent(agent_id)
+            if published is not None and published.cjk_memory:
+                self.settings = with_cjk_memory(self.settings, agent_id)
 
 
 def _close(value: object) -> None:
