@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memoryd.services.query import dates
 from memoryd.services.query.dates import path_date
 from memoryd.services.query.ranking import DateWindow
 from memoryd.shared import defaults as d
@@ -137,7 +138,15 @@ def parse(query: str, window: DateWindow | None = None) -> KeywordQuery:
     """
     terms: list[Term] = []
     stop: list[Term] = []
-    for raw in fts.query_terms(_CONTRACTION.sub("", query)):
+    fragments = []
+    # A date in words ("on 9 November, 2022") is one identifier, the part of a file's ISO date it
+    # names, looked up in the paths too (that day's log): not the words and numbers it is written with.
+    words = query
+    for mention in reversed(dates.mentions(query)):
+        terms.append(Term(mention.iso.replace("-", " "), identifier=True))
+        fragments.append(mention.iso)
+        words = words[:mention.start] + " " + words[mention.end:]
+    for raw in fts.query_terms(_CONTRACTION.sub("", words)):
         tokens = _WORD.findall(normalise(raw))
         if not tokens:
             continue
@@ -152,7 +161,6 @@ def parse(query: str, window: DateWindow | None = None) -> KeywordQuery:
         else:
             terms.append(_word_term(phrase))
     unique = list({t.phrase: t for t in (terms or stop)}.values())
-    fragments = []
     for match in _PATHLIKE.finditer(query):
         fragment = match.group(0).lower()
         if len(fragment) >= d.MIN_PATH_FRAGMENT and any(ch.isdigit() for ch in fragment):
