@@ -48,6 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import locomo  # noqa: E402
+import seeds  # noqa: E402
 from recall_set import Outcome, ask, build, merge, noise, questions, score  # noqa: E402
 
 from memoryd.services.query.engine import QueryService  # noqa: E402
@@ -98,8 +99,10 @@ def main() -> int:
     parser.add_argument("--misses", action="store_true", help="list the tune questions the default misses at 6")
     parser.add_argument("--locomo", type=Path, default=REPO.parent / "shared" / "locomo-dev",
                         help="the locomo-dev conversations (default: ../shared/locomo-dev beside the checkout)")
-    parser.add_argument("--sets", nargs="*", choices=("locomo", "own"), default=["locomo", "own"],
-                        help="which sets to measure (default: both)")
+    parser.add_argument("--seeds", type=Path, default=REPO.parent / "shared" / "seeds",
+                        help="the five Chinese articles (default: ../shared/seeds beside the checkout)")
+    parser.add_argument("--sets", nargs="*", choices=("locomo", "own", "seeds"), default=["locomo", "own", "seeds"],
+                        help="which sets to measure (default: all three)")
     args = parser.parse_args()
     chosen = parse_set(args.settings)
     report: dict[str, Any] = {"provider": args.provider, "set": args.settings}
@@ -110,6 +113,8 @@ def main() -> int:
             report["locomo"] = measure_locomo(work, args.locomo, args.provider, chosen)
         if "own" in args.sets:
             report["own"] = measure_own(work, args, chosen)
+        if "seeds" in args.sets:
+            report["seeds"] = measure_seeds(work, args.seeds, args.provider, chosen)
     print(json.dumps(report, ensure_ascii=False, indent=1))
     return 0
 
@@ -124,6 +129,17 @@ def measure_locomo(work: Path, root: Path, provider: str, chosen: dict[str, Any]
         service.close()
     return {"index_seconds": round(indexed, 1), "seconds": round(time.perf_counter() - started - indexed, 1),
             **locomo.report(outcomes)}
+
+
+def measure_seeds(work: Path, root: Path, provider: str, chosen: dict[str, Any]) -> dict[str, Any]:
+    started = time.perf_counter()
+    service = QueryService(seeds.build(work, root, provider, chosen))
+    indexed = time.perf_counter() - started
+    try:
+        outcomes = seeds.ask(service, work / "seeds" / "workspace")
+    finally:
+        service.close()
+    return {"index_seconds": round(indexed, 1), **seeds.report(outcomes)}
 
 
 def measure_own(work: Path, args: argparse.Namespace, chosen: dict[str, Any]) -> dict[str, Any]:

