@@ -23,6 +23,7 @@ def test_dates_in_words_are_read() -> None:
         "on the 3rd of March": ["03-03"],
         "Nov 9 and Sept. 12th, 2025": ["11-09", "2025-09-12"],
         "in May 2023": ["2023-05"],
+        "shared on December 1,2023": ["2023-12-01"],
         "31 June 2022": [],  # no such day
         "they may 3 times ask": [],  # the verb, not the month
         "what happened in May?": [],  # a month of no year names too many files

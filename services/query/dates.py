@@ -26,9 +26,9 @@ _YEAR = r"(?P<{}>(?:19|20)\d\d)"
 #: A date in words: day month [year] ("9 November, 2022", "3rd of March"), month day [year]
 #: ("March 3rd, 2026", "Nov 9"), month year ("December 2023"). Longest forms first.
 _MENTION = re.compile(r"\b(?:" + "|".join([
-    _DAY.format("d1") + r"\s+(?:of\s+)?" + _MONTH.format("m1") + r",?\s+" + _YEAR.format("y1"),
-    _MONTH.format("m2") + r"\s+" + _DAY.format("d2") + r",?\s+" + _YEAR.format("y2"),
-    _MONTH.format("m3") + r",?\s+" + _YEAR.format("y3"),
+    _DAY.format("d1") + r"\s+(?:of\s+)?" + _MONTH.format("m1") + r"(?:,\s*|\s+)" + _YEAR.format("y1"),
+    _MONTH.format("m2") + r"\s+" + _DAY.format("d2") + r"(?:,\s*|\s+)" + _YEAR.format("y2"),
+    _MONTH.format("m3") + r"(?:,\s*|\s+)" + _YEAR.format("y3"),
     _DAY.format("d4") + r"\s+(?:of\s+)?" + _MONTH.format("m4"),
     _MONTH.format("m5") + r"\s+" + _DAY.format("d5"),
 ]) + r")\b", re.IGNORECASE)
