@@ -36,7 +36,7 @@ def segment(text: str) -> str:
 
 def cjk_share(text: str) -> float:
     """The share of the text's letters (not spaces or punctuation) that are CJK characters."""
-    letters = sum(1 for ch in text if ch.isalnum())
+    letters = sum(map(str.isalnum, text))
     return len(_CJK_CHAR.findall(text)) / letters if letters else 0.0
 
 
