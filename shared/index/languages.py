@@ -18,6 +18,7 @@ go —; ``local.model`` "minilm" or "multilingual" chooses instead.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -26,7 +27,7 @@ from memoryd.shared import defaults as d
 from memoryd.shared.config import registry
 from memoryd.shared.config.loader import reload_agents
 from memoryd.shared.config.settings import AgentConfig, Settings
-from memoryd.shared.config.workspace import Workspace
+from memoryd.shared.config.workspace import Workspace, open_regular
 from memoryd.shared.embed import providers
 from memoryd.shared.index.fts import cjk_share, has_cjk
 from memoryd.shared.index.store import IndexReader
@@ -45,11 +46,11 @@ def workspace_share(agent: AgentConfig) -> float:
     step = max(1, len(found) // 200)
     sample = []
     for f in found[::step]:
-        try:
-            with open(f.absolute, encoding="utf-8", errors="replace") as handle:
+        try:  # opened as memory files are: a FIFO or symlink swapped in since the scan is refused, not waited on
+            with os.fdopen(open_regular(f.absolute), encoding="utf-8", errors="replace") as handle:
                 sample.append(handle.read(d.LANGUAGE_SAMPLE_CHARS))
-        except OSError:
-            continue  # gone or unreadable: the survey reports it
+        except OSError:  # NotRegularFile too
+            continue  # gone, unreadable or not a regular file: the survey reports it
     return cjk_share("\n".join(sample))
 
 
