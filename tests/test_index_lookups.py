@@ -61,6 +61,8 @@ def _downgrade(path: Path) -> None:
         conn.execute(f"DROP TRIGGER {trigger}")
     conn.execute("DROP TABLE file_paths")
     conn.execute("DELETE FROM meta WHERE key = ?", (META_CHUNKS,))
+    for column in ("last_line", "first_line"):  # migration 5
+        conn.execute(f"ALTER TABLE chunk_vectors DROP COLUMN {column}")
     conn.execute("PRAGMA user_version = 3")
     conn.close()
 

@@ -86,6 +86,19 @@ class Snapshot:
         marks = ",".join("?" * len(ids))
         return self._rows(f"id IN ({marks})", ids)
 
+    def windows(self, ids: list[int]) -> list[tuple[int, int, int, int]]:
+        """(chunk id, vector rowid, first line, last line) of the window vectors of the chunks ``ids``
+        whose lines are known (shared/embed/windowlines.py); none in an index its writer has not
+        migrated yet."""
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        try:
+            return self.conn.execute(f"SELECT chunk_id, rowid, first_line, last_line FROM chunk_vectors "
+                                     f"WHERE chunk_id IN ({marks}) AND first_line IS NOT NULL", ids).fetchall()
+        except sqlitedb.driver().module.OperationalError:  # no such column: not migrated yet
+            return []
+
     def around(self, path: str, start_line: int, end_line: int) -> dict[int, ChunkRow]:
         """id → row of the chunks of ``path`` holding a line of ``start_line − 1 .. end_line + 1``."""
         return self._rows("path = ? AND start_line <= ? AND end_line >= ?", (path, end_line + 1, start_line - 1))

@@ -20,7 +20,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from memoryd.services.query import fusion, ranking, snippets, supersede
+import numpy as np
+
+from memoryd.services.query import fusion, linescores, ranking, snippets, supersede
 from memoryd.services.query import keyword as query_keyword
 from memoryd.services.query.agentindex import AgentIndex, Snapshot, missing_index
 from memoryd.services.query.cache import IndexCache
@@ -213,16 +215,17 @@ class QueryService:
             _evidence(side, s.keyword, newcomers)
         decays = s.agent.memory_search.query.temporal_decay.enabled
         newest = index.keyword.newest_date() if index.keyword and decays else None  # read per write: only when used
-        results = self._score(index, cands, side.rows, side.weights, s, text_side, vectors.query is not None,
-                              newest)
+        results = self._score(index, cands, side.rows, side.weights, s, text_side, vectors.query, newest)
         return results, vectors, text_side
 
     def _score(self, index: Snapshot, cands: dict[int, fusion.Candidate], rows: dict[int, ranking.ChunkRow],
                weights: list[float], s: _Search, text_side: bool,
-               vector_side: bool, newest: dt.date | None) -> list[SearchResult]:
+               question: np.ndarray | None, newest: dt.date | None) -> list[SearchResult]:
         """Fuse every candidate's scores, rank and widen (services/query/ranking.py); build results
-        (snippets) only for the ones returned."""
+        (snippets, from the lines' nearness to the ``question``'s vector where known) only for the
+        ones returned."""
         query = s.agent.memory_search.query
+        vector_side = question is not None
         sides = int(text_side) + int(vector_side)
         for c in cands.values():
             if s.mode == "weighted":
@@ -234,14 +237,16 @@ class QueryService:
         chosen = ranking.select(cands, rows, query, s.keyword.window, newest, s.min_score, s.max_results)
         if query.passages.enabled and query.passages.widen:
             ranking.widen(chosen, index.around, query.passages.max_tokens)
+        near = linescores.nearness(index, index.vector_index(), question, chosen, s.anchors) if vector_side \
+            else [None] * len(chosen)
         results = []
-        for passage in chosen:
+        for passage, lines_near in zip(chosen, near, strict=True):
             c, text = cands[passage.best], passage.text
             results.append(SearchResult(
                 path=passage.path, start_line=passage.start_line, end_line=passage.end_line,
                 score=round(c.fused, 4), source=rows[passage.best].source,
                 snippet=snippets.snippet(text, s.keyword.terms, weights,
-                                         rows[passage.best].start_line - passage.start_line),
+                                         rows[passage.best].start_line - passage.start_line, lines_near),
                 explain=_explain(c) if s.explain else None,
             ))
         if not query.supersede:

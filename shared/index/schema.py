@@ -93,6 +93,12 @@ MIGRATIONS: list[str | tuple[str, ...] | Callable[[Any, Path], None]] = [
         "CREATE TRIGGER file_paths_out AFTER DELETE ON files BEGIN DELETE FROM file_paths WHERE rowid = old.rowid; "
         "END",
     ),
+    # 5: the lines of its chunk each window vector was made from (shared/embed/windowlines.py), so a
+    # search knows which lines of a result its question is nearest to; NULL for rows written before.
+    """
+    ALTER TABLE chunk_vectors ADD COLUMN first_line INTEGER;
+    ALTER TABLE chunk_vectors ADD COLUMN last_line INTEGER;
+    """,
 ]
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from memoryd.shared.embed.windowlines import window_lines
 from memoryd.shared.events import ChunkData
 from memoryd.shared.exceptions import Fenced, IndexMissing
 from memoryd.shared.index import schema, sqlitedb
@@ -274,9 +275,11 @@ class IndexWriter(_Queries):
         if matrix is None:
             return
         self.ensure_vec_table(matrix.shape[1])
-        for window, row in enumerate(matrix):
-            vid = self.conn.execute("INSERT INTO chunk_vectors(chunk_id, window) VALUES (?, ?)",
-                                    (chunk_id, window)).lastrowid
+        (text,) = self.conn.execute("SELECT text FROM chunks WHERE id = ?", (chunk_id,)).fetchone()
+        lines = window_lines(self.meta(META_EMBEDDER) or "", text, len(matrix)) or [(None, None)] * len(matrix)
+        for window, (row, (first, last)) in enumerate(zip(matrix, lines, strict=True)):
+            vid = self.conn.execute("INSERT INTO chunk_vectors(chunk_id, window, first_line, last_line) "
+                                    "VALUES (?, ?, ?, ?)", (chunk_id, window, first, last)).lastrowid
             vector = np.ascontiguousarray(row, dtype=np.float32)
             self.conn.execute("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", (vid, vector.tobytes()))
             self.vectors.add(vid, chunk_id, source, vector)
