@@ -37,7 +37,9 @@ from memoryd.services.query.models import (
     SearchResult,
 )
 from memoryd.services.query.question_embedding import Embedded, QueryEmbedder, Vectors, VectorSide, settle
+from memoryd.services.query.turns import Turns
 from memoryd.services.query.vectors import VectorHit, single_blas_thread
+from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import AgentConfig, Settings
 from memoryd.shared.config.workspace import NotRegularFile, Workspace, open_regular
 from memoryd.shared.embed import providers
@@ -88,6 +90,8 @@ class QueryService:
         self._embeddings = QueryEmbedder()
         #: Threads that scan the vectors beside the keyword side, while each search holds its snapshot.
         self._scans = ThreadPoolExecutor(max_workers=SCAN_THREADS, thread_name_prefix="memoryd-scan")
+        #: Searches take turns on the index, one per core, first come first served (services/query/turns.py).
+        self._turns = Turns(d.SEARCHES_AT_ONCE, d.SEARCH_TURN_TIMEOUT_S)
         #: Indexes of past moments (``asOf``) replayed from the log, most recently used last.
         self._past: dict[Path, AgentIndex] = {}
         single_blas_thread()
@@ -166,14 +170,14 @@ class QueryService:
         # The query's embedding starts now, before the snapshot, on its provider's own thread.
         embedding = self._embedding(agent, request.query) if mode != "keyword" else Vectors(None, None)
         started = time.monotonic()
-        with agent_index.snapshot() as index:
+        with self._turns.turn(), agent_index.snapshot() as index:
             found = self._in_snapshot(index, plan, embedding, None)
         if isinstance(found, _Late):
             # Not embedded yet: wait (up to embedTimeoutMs from the start) outside the snapshot, then
             # answer in a new snapshot — with vectors, or from keywords and the reason.
             assert isinstance(embedding, Future)
             embedding = settle(embedding, started + q.embed_timeout_ms / 1000 - time.monotonic(), q.embed_timeout_ms)
-            with agent_index.snapshot() as index:
+            with self._turns.turn(), agent_index.snapshot() as index:
                 found = self._in_snapshot(index, plan, embedding, found)
         assert not isinstance(found, _Late)  # a settled embedding is never late
         results, vectors, text_side = found

@@ -1,0 +1,131 @@
+"""Searches take turns on the index, one per core, first come first served (services/query/turns.py):
+a search waits its turn at most the deadline, then fails ``busy`` naming the wait; a search waiting
+for its query's embedding holds no turn."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from memoryd.services.query import engine
+from memoryd.services.query.engine import QueryService
+from memoryd.services.query.models import SearchRequest
+from memoryd.services.query.turns import SearchBusy, Turns
+from memoryd.shared import defaults as d
+from tests.openai_stub import OpenAIStub
+from tests.support import wait_until
+from tests.test_query_resilience import _settings, serve
+
+
+def test_turns_are_served_first_come_first_served() -> None:
+    turns = Turns(1, timeout=30)
+    order: list[int] = []
+    release = threading.Event()
+
+    def search(i: int) -> None:
+        with turns.turn():
+            order.append(i)
+            if i == 0:
+                release.wait(30)
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        done = [pool.submit(search, 0)]
+        wait_until(lambda: order == [0], timeout=10, what="the first search to hold the one turn")
+        for i in range(1, 6):
+            done.append(pool.submit(search, i))
+            wait_until(lambda queued=i: len(turns._waiting) == queued, timeout=10, what=f"search {i} to queue")
+        release.set()
+        for future in done:
+            future.result(timeout=30)
+    assert order == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_search_that_waits_past_the_deadline_fails_busy_and_says_what_it_waited_for() -> None:
+    turns = Turns(2, timeout=0.3)
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with turns.turn():
+            held.set()
+            release.wait(30)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        holders = [pool.submit(hold) for _ in range(2)]
+        wait_until(lambda: turns._free == 0, timeout=10, what="both turns to be held")
+        started = time.monotonic()
+        with pytest.raises(SearchBusy, match=r"waited 0.3 s for its turn on the index behind 2 other searches"), \
+                turns.turn():
+            pass
+        assert 0.25 <= time.monotonic() - started < 5
+        assert not turns._waiting  # the one that gave up left the line
+        release.set()
+        for holder in holders:
+            holder.result(timeout=30)
+    with turns.turn():  # the turns are free again
+        assert turns._free == 1
+
+
+@pytest.fixture
+def stub() -> OpenAIStub:
+    with OpenAIStub() as server:
+        yield server
+
+
+@pytest.fixture
+def one_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(d, "SEARCHES_AT_ONCE", 1)
+    monkeypatch.setattr(d, "SEARCH_TURN_TIMEOUT_S", 1.0)
+
+
+def test_a_search_waiting_for_its_embedding_holds_no_turn(tmp_path: Path, stub: OpenAIStub, one_turn: None) -> None:
+    """One turn for the whole service; agent "slow"'s provider hangs: its search waits for the
+    embedding (up to 20 s) while another agent's searches take the turn and answer with vectors."""
+    settings = _settings(tmp_path, stub, embedTimeoutMs=20_000)
+    service = QueryService(settings)
+    try:
+        stub.set(embeddings="hang")
+        with ThreadPoolExecutor(max_workers=1) as waiting:
+            slow = waiting.submit(service.search, "slow", SearchRequest(query="double booking"))
+            wait_until(lambda: len(stub.requests("/embeddings")) >= 1, timeout=30, what="the slow agent's embedding")
+            for i in range(3):
+                other = service.search("other", SearchRequest(query=f"the deploy window {i}"))
+                assert other.mode == "hybrid" and other.results
+            assert not slow.done()
+            stub.set(embeddings="ok")
+            assert slow.result(timeout=60).mode == "hybrid"
+    finally:
+        service.close()
+
+
+def test_an_overloaded_server_answers_503_busy(tmp_path: Path, stub: OpenAIStub, one_turn: None,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search that holds the one turn (held here inside its scoring) makes the next wait 1 s for
+    it over HTTP, then answer 503 ``busy``; the server answers again once the turn is free."""
+    settings = _settings(tmp_path, stub)
+    inside, release = threading.Event(), threading.Event()
+    score = engine.QueryService._score
+
+    def long_search(self: QueryService, *args: object) -> object:
+        if not inside.is_set():
+            inside.set()
+            release.wait(30)
+        return score(self, *args)
+
+    monkeypatch.setattr(engine.QueryService, "_score", long_search)
+    with serve(settings) as base, httpx.Client(base_url=base, timeout=60) as client, \
+            ThreadPoolExecutor(max_workers=1) as pool:
+        first = pool.submit(client.post, "/v1/agents/other/memory_search", json={"query": "deploy window"})
+        assert inside.wait(30)
+        busy = client.post("/v1/agents/other/memory_search", json={"query": "double booking"})
+        assert busy.status_code == 503
+        assert busy.json()["error"]["code"] == "busy" and "waited 1 s for its turn" in busy.json()["error"]["message"]
+        release.set()
+        assert first.result(timeout=60).status_code == 200
+        again = client.post("/v1/agents/other/memory_search", json={"query": "double booking"})
+        assert again.status_code == 200 and again.json()["results"]
