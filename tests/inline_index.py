@@ -7,10 +7,13 @@ what it applies as the stages do, so its index equals the workers' for the same 
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 from memoryd.services.pipeline.embedder import embed_files
 from memoryd.shared import defaults as d
+from memoryd.shared.config.loader import load_settings
 from memoryd.shared.config.settings import Settings
 from memoryd.shared.config.workspace import Workspace
 from memoryd.shared.events import FileChanged, FileChunked, FileDeleted
@@ -90,3 +93,13 @@ def index_now(settings: Settings, agent_id: str) -> dict[str, int]:
         return index_into(settings, agent_id, writer)
     finally:
         writer.close()
+
+
+def one_agent(tmp_path: Path, workspace: Path, provider: str) -> Settings:
+    """Settings of one agent ``main`` over ``workspace`` with ``provider``, its index brought up to date."""
+    config = tmp_path / "memoryd.json"
+    config.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"provider": provider}},
+                                             "list": [{"id": "main", "workspace": str(workspace)}]}}))
+    settings = load_settings(config, state_dir=tmp_path / "state")
+    index_now(settings, "main")
+    return settings

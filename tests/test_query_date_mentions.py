@@ -3,16 +3,14 @@ looked up in the daily files' dates (services/query/dates.py ``mentions``, keywo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from inline_index import index_now
+from inline_index import one_agent
 
 from memoryd.services.query.dates import mentions
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.keyword import parse
 from memoryd.services.query.models import SearchRequest
-from memoryd.shared.config.loader import load_settings
 
 
 def test_dates_in_words_are_read() -> None:
@@ -50,12 +48,7 @@ def test_the_log_of_the_day_a_question_names_answers_it(tmp_path: Path) -> None:
     (workspace / "memory" / "2022-10-21.md").write_text(
         "# 2022-10-21\n\n- **Nate**: What dish should I make? I make a dish every week, maybe a curry dish.\n"
         "- **Joanna**: Make the curry!\n", encoding="utf-8")
-    config = tmp_path / "memoryd.json"
-    config.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"provider": "hash"}},
-                                             "list": [{"id": "main", "workspace": str(workspace)}]}}))
-    settings = load_settings(config, state_dir=tmp_path / "state")
-    index_now(settings, "main")
-    service = QueryService(settings)
+    service = QueryService(one_agent(tmp_path, workspace, "hash"))
     try:
         dated = service.search("main", SearchRequest(query="What dish did Nate make on 9 November, 2022?"))
         undated = service.search("main", SearchRequest(query="What dish did Nate make?"))

