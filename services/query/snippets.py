@@ -44,9 +44,9 @@ def start(lines: list[str], terms: Sequence[Term], weights: Sequence[float], anc
     keyworded = len(weights) == len(terms)  # else no keyword side (a vector-only answer)
     if not keyworded and near is None:
         return anchor
-    found = [frozenset(i for i, term in enumerate(terms) if keyworded and term.found_in(token_string(line)))
-             for line in lines]
-    total = sum(weights) if keyworded and sum(weights) > 0 else 1.0
+    found = [frozenset(i for i, term in enumerate(terms) if term.found_in(token_string(line))) if keyworded
+             else frozenset() for line in lines]
+    total = (sum(weights) if keyworded else 0.0) or 1.0
     best, best_key = anchor, (0.0, 0)
     for first in range(len(lines)):
         held: set[int] = set()

@@ -196,10 +196,7 @@ class VectorIndex:
             return []
         query = np.ascontiguousarray(query, dtype=np.float32)
         rows = self._candidates(query, source)
-        approx = np.empty(0, np.float32)
-        if len(rows):
-            codes = self.file.gather("codes", rows).astype(np.float32)
-            approx = (codes @ query) * self.file.gather("scales", rows) + float(self.file.mean @ query)
+        approx = self._rescored(rows, query) if len(rows) else np.empty(0, np.float32)
         chunks = np.concatenate([self.file.gather("chunks", rows), self.delta.chunks])
         scores = np.concatenate([approx, self._delta_scores(query, source)])
         hits: list[VectorHit] = []
@@ -223,14 +220,20 @@ class VectorIndex:
             held = at >= 0
             held[held] = self.alive[at[held]]
             if held.any():
-                codes = self.file.gather("codes", at[held]).astype(np.float32)
-                out[held] = (codes @ query) * self.file.gather("scales", at[held]) + float(self.file.mean @ query)
+                out[held] = self._rescored(at[held], query)
         if len(self.delta):
+            exact = self._delta_scores(query, None)
             where = {int(r): i for i, r in enumerate(self.delta.rowids)}
             for j, rowid in enumerate(rowids):
                 if (i := where.get(int(rowid))) is not None:
-                    out[j] = float(self.delta.vectors[i] @ query)
+                    out[j] = exact[i]
         return out
+
+    def _rescored(self, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+        """The cosines of file rows ``rows`` from their int8 codes (of the difference from the mean) and scales."""
+        assert self.file is not None
+        codes = self.file.gather("codes", rows).astype(np.float32)
+        return (codes @ query) * self.file.gather("scales", rows) + float(self.file.mean @ query)
 
     def _candidates(self, query: np.ndarray, source: str | None) -> np.ndarray:
         """File rows worth re-scoring: live, of ``source``, the ``d.VECTOR_RESCORE`` best by the reduced scan."""

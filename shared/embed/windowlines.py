@@ -73,8 +73,5 @@ def window_lines(embedder: str, text: str, windows: int) -> Lines | None:
         return None
     if len(spans) != windows:
         return None
-    starts = [0]
-    for i, ch in enumerate(text):
-        if ch == "\n":
-            starts.append(i + 1)
+    starts = [0, *(m.end() for m in re.finditer("\n", text))]
     return [(bisect.bisect_right(starts, a) - 1, bisect.bisect_right(starts, max(b - 1, a)) - 1) for a, b in spans]
