@@ -106,10 +106,16 @@ class Pipeline:
         return sorted({r[0] for r in rows})
 
     def drained(self) -> bool:
-        from rq.registry import StartedJobRegistry
+        """No job of the pipeline's stages queued, taken, running or waiting for its retry. RQ 3
+        moves a job it takes to the queue's intermediate list before its started registry holds
+        it (and leaves it there, done, until maintenance): a queue and registry both empty is not
+        enough, the jobs of that list must be done too."""
+        from rq.registry import ScheduledJobRegistry, StartedJobRegistry
 
         for q in (q for stage in ("chunk", "embed", "index") for q in self.bus.lanes(stage)):
-            if q.count or StartedJobRegistry(queue=q).count:
+            taken = [j.decode() for j in self.conn.lrange(q.intermediate_queue_key, 0, -1)]
+            if (q.count or StartedJobRegistry(queue=q).count or ScheduledJobRegistry(queue=q).count
+                    or any(self.bus.pending(job_id) for job_id in taken)):
                 return False
         return True
 
