@@ -499,6 +499,10 @@ QUERY_EMBED_BATCH = 8
 #: up to this long: 5 ms is a third of a search. 8 clients at 100k, alternating servers
 #: (2026-12-04): 75.9 → 80.2 and 89.9 → 93.2 requests/s; 71.7 → 79.4 in a slower hour.
 QUERY_SWITCH_INTERVAL_S = 0.001
+#: Chunk texts whose window lines a query service keeps after working them out (rows written
+#: before the index kept them, store migration 5): ~0.5 ms of tokenizing a 1,600-character chunk,
+#: ~2 KB each kept.
+WINDOW_LINES_CACHE = 2048
 #: Calls to one remote endpoint at once: one, so a hung endpoint holds a single call until its
 #: circuit breaker opens (the next questions queue behind it and answer by keyword in time).
 REMOTE_EMBED_THREADS = 1

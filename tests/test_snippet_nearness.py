@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from inline_index import one_agent
 
-from memoryd.services.query import snippets
+from memoryd.services.query import agentindex, snippets
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.keyword import parse
 from memoryd.services.query.models import SearchRequest
@@ -122,17 +122,30 @@ def test_the_snippet_holds_the_answer_the_question_is_nearest_to(conversation: Q
     assert ANSWER not in snippet()
 
 
-def test_an_index_without_window_lines_answers_from_the_words(conversation: QueryService) -> None:
+def _answer_snippet(service: QueryService) -> str:
+    results = service.search("main", SearchRequest(query=QUESTION)).results
+    return next(r.snippet for r in results if r.start_line <= 7 <= r.end_line)
+
+
+def test_an_index_written_before_window_lines_gets_them_at_search_time(conversation: QueryService,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows written before the lines were kept (NULL), and an index its writer has not migrated yet
-    (no such column): the search answers, the snippet chosen by the question's words."""
+    (no such column): the search works the lines out from the chunk's text by the embedder's rule,
+    so the snippet still holds the answer; an embedder whose rule is not known falls back to the
+    question's words."""
     path = conversation.settings.index_path("main")
+    stored = _answer_snippet(conversation)
+    assert ANSWER in stored
     conn = sqlitedb.connect(path)
     try:
         conn.execute("UPDATE chunk_vectors SET first_line = NULL, last_line = NULL")
         conn.commit()
         older = QueryService(conversation.settings)
         try:
-            assert older.search("main", SearchRequest(query=QUESTION)).results
+            assert _answer_snippet(older) == stored
+            monkeypatch.setattr(agentindex, "_window_lines", lambda embedder, text, windows: None)
+            assert ANSWER not in _answer_snippet(older)  # no rule: the words alone choose
+            monkeypatch.undo()
         finally:
             older.close()
         conn.execute("ALTER TABLE chunk_vectors DROP COLUMN last_line")
@@ -142,7 +155,6 @@ def test_an_index_without_window_lines_answers_from_the_words(conversation: Quer
         conn.close()
     unmigrated = QueryService(conversation.settings)
     try:
-        results = unmigrated.search("main", SearchRequest(query=QUESTION)).results
-        assert results and results[0].snippet
+        assert _answer_snippet(unmigrated) == stored
     finally:
         unmigrated.close()

@@ -17,6 +17,7 @@ committed sees its rows.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -27,12 +28,17 @@ from typing import Any
 from memoryd.services.query import keyword as query_keyword
 from memoryd.services.query.ranking import ChunkRow
 from memoryd.services.query.vectors import VectorIndex
+from memoryd.shared import defaults as d
 from memoryd.shared.config.settings import Settings
+from memoryd.shared.embed.windowlines import window_lines
 from memoryd.shared.exceptions import IndexMissing
 from memoryd.shared.index import sqlitedb
 from memoryd.shared.index.indexvectors import read_meta
 from memoryd.shared.index.store import META_DIMS, META_EMBEDDER, META_GENERATION
 from memoryd.shared.log.eventlog import log_dir, segments
+
+#: The lines of window vectors an older writer did not keep, worked out once per chunk text.
+_window_lines = functools.lru_cache(maxsize=d.WINDOW_LINES_CACHE)(window_lines)
 
 
 class _State:
@@ -87,17 +93,34 @@ class Snapshot:
         return self._rows(f"id IN ({marks})", ids)
 
     def windows(self, ids: list[int]) -> list[tuple[int, int, int, int]]:
-        """(chunk id, vector rowid, first line, last line) of the window vectors of the chunks ``ids``
-        whose lines are known (shared/embed/windowlines.py); none in an index its writer has not
-        migrated yet."""
+        """(chunk id, vector rowid, first line, last line) of the window vectors of the chunks ``ids``.
+        Lines an older writer did not keep (NULL, or no such column before migration 5) are worked
+        out from the chunk's text by its embedder's rule (shared/embed/windowlines.py, cached), so an
+        upgraded index's old rows get the same snippets; a chunk whose rule is not known is left out."""
         if not ids:
             return []
         marks = ",".join("?" * len(ids))
         try:
-            return self.conn.execute(f"SELECT chunk_id, rowid, first_line, last_line FROM chunk_vectors "
-                                     f"WHERE chunk_id IN ({marks}) AND first_line IS NOT NULL", ids).fetchall()
+            rows = self.conn.execute(f"SELECT chunk_id, rowid, first_line, last_line FROM chunk_vectors "
+                                     f"WHERE chunk_id IN ({marks}) ORDER BY chunk_id, window", ids).fetchall()
         except sqlitedb.driver().module.OperationalError:  # no such column: not migrated yet
-            return []
+            rows = [(cid, rowid, None, None) for cid, rowid in self.conn.execute(
+                f"SELECT chunk_id, rowid FROM chunk_vectors WHERE chunk_id IN ({marks}) ORDER BY chunk_id, window",
+                ids)]
+        unknown: dict[int, list[int]] = {}  # chunk id → its window rows' rowids, in window order
+        for cid, rowid, first, _ in rows:
+            if first is None:
+                unknown.setdefault(cid, []).append(rowid)
+        if not unknown:
+            return rows
+        marks = ",".join("?" * len(unknown))
+        texts = dict(self.conn.execute(f"SELECT id, text FROM chunks WHERE id IN ({marks})", list(unknown)))
+        out = [r for r in rows if r[0] not in unknown]
+        for cid, rowids in unknown.items():
+            lines = _window_lines(self.embedder or "", texts.get(cid, ""), len(rowids))
+            if lines is not None:
+                out += [(cid, rowid, first, last) for rowid, (first, last) in zip(rowids, lines, strict=True)]
+        return out
 
     def around(self, path: str, start_line: int, end_line: int) -> dict[int, ChunkRow]:
         """id → row of the chunks of ``path`` holding a line of ``start_line − 1 .. end_line + 1``."""
