@@ -40,6 +40,9 @@ def test_it_embeds_passages_and_queries_in_one_space() -> None:
     assert query.shape == (DIMS,)
     assert int(np.argmax(matrix @ query)) == 1  # the moving-day note, though it shares no word with "哪天"
     assert int(np.argmax(matrix @ model.embed_query("what time is standup now?"))) == 2
+    # the query service embeds questions that wait together in one run: the same vectors
+    questions = ["我们哪天搬家？", "what time is standup now?", "why"]
+    assert np.array_equal(model.embed_queries(questions), np.vstack([model.embed_query(q) for q in questions]))
 
 
 def _workspace(tmp_path: Path, provider: str) -> Settings:
