@@ -177,6 +177,9 @@ class HashProvider:
     def embed_query(self, text: str) -> np.ndarray:
         return self._one(text)
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return np.stack([self._one(t) for t in texts]) if texts else np.zeros((0, HASH_DIMS), np.float32)
+
 
 class OpenAIProvider:
     """``text-embedding-3-small`` (or any model) through the ``openai`` package.
