@@ -85,6 +85,23 @@ def test_a_re_drive_leaves_what_a_queue_holds(workspace: Path, make_settings, re
     assert _queued(bus, "chunk") == 1
 
 
+def test_a_re_drive_leaves_a_job_a_worker_has_taken_but_not_started(workspace: Path, make_settings,
+                                                                     redis_url: str) -> None:
+    """RQ 3 moves a job it takes to the queue's intermediate list before its started registry holds
+    it (a worker forking its work horse): that job is not lost, its events are not queued again."""
+    (workspace / "memory" / "a.md").write_text("- a fact\n")
+    settings, _ = make_settings(workspace, redis=redis_url)
+    bus = Bus(redis.Redis.from_url(redis_url), settings)
+    (found,) = Workspace(settings.agent("main")).scan()
+    bus.emit("chunk", [changed_event(bus, "main", found, origin="watch")])
+    queue = bus.queues["chunk"]
+    assert bus.conn.lmove(queue.key, queue.intermediate_queue_key) is not None  # as a worker's dequeue does
+    assert _queued(bus, "chunk") == 0
+    assert redrive(settings, bus, "main") == {"index": 0, "embed": 0, "chunk": 0}
+    bus.conn.delete(queue.intermediate_queue_key)  # the job gone with it: now it is lost
+    assert redrive(settings, bus, "main") == {"index": 0, "embed": 0, "chunk": 1}
+
+
 def test_an_emit_racing_the_first_look_at_a_fresh_redis_is_not_lost_work(workspace: Path, make_settings,
                                                                          redis_url: str) -> None:
     """The indexer finds no marker; before it folds the log, the watcher's first emit sets the marker,

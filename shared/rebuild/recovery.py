@@ -77,7 +77,9 @@ def lost_work(settings: Settings, agent: str, before: float | None = None) -> di
 
 
 def queued_events(bus: Bus) -> set[str]:
-    """The event ids in every queue of this installation, waiting or started (after a loss: little)."""
+    """The event ids in every queue of this installation, waiting, taken or started (after a loss:
+    little). RQ 3 moves a job it takes to the queue's intermediate list, and only then into the
+    started registry: a job between the two is neither queued nor started, and not lost."""
     prefix = queue_name(bus.namespace, "")  # "memoryd-<ns>-": this installation's queues only
     found: set[str] = set()
     for name in (k.decode().removeprefix(Queue.redis_queue_namespace_prefix)
@@ -85,7 +87,8 @@ def queued_events(bus: Bus) -> set[str]:
         if not name.startswith(prefix):
             continue
         queue = Queue(name, connection=bus.conn)
-        ids = [*queue.get_job_ids(), *StartedJobRegistry(queue=queue).get_job_ids(cleanup=False)]
+        taken = [j.decode() for j in bus.conn.lrange(queue.intermediate_queue_key, 0, -1)]
+        ids = [*queue.get_job_ids(), *taken, *StartedJobRegistry(queue=queue).get_job_ids(cleanup=False)]
         for job in Job.fetch_many(ids, connection=bus.conn):
             payloads = job.args[0] if job is not None and job.args and isinstance(job.args[0], list) else []
             found.update(json.loads(raw).get("event_id", "") for raw in payloads if isinstance(raw, str))
