@@ -9,6 +9,9 @@ server's CPU time over the same rounds (``/proc/<pid>/stat``) gives ``server_cor
 seconds per second) and ``cpu_ms`` per request; ``others_cores`` is what the rest of the
 machine (other processes, not the server nor these clients) used meanwhile, from
 ``/proc/stat``: on a shared box the server cannot use the cores others take.
+``ratios.rps_if_every_core_busy`` is the most eight clients could get over one at the CPU a
+request costs them: the cores over that CPU, over one client's requests/s (a search alone
+that spreads over more than one core lowers it).
 """
 
 from __future__ import annotations
@@ -140,8 +143,10 @@ def measure(state: Path, questions: Callable[[int, int], list[str]]) -> dict[str
                        "server_cores": round(cpu[n] / spent[n], 2), "cpu_ms": round(cpu[n] / len(ms) * 1000, 1),
                        "keyword_only": len(degraded[n]), "others_cores": round(others[n] / spent[n], 2)}
     one, many = out[str(CLIENTS[0])], out[str(CLIENTS[-1])]
-    out["ratios"] = {"rps": round(many["rps"] / one["rps"], 2), "p99_over_p50_of_one": round(many["p99_ms"] /
-                                                                                              one["p50_ms"], 2)}
+    # the most `many` clients could reach over one with every core busy at their CPU per request
+    bound = (os.cpu_count() or 1) * 1000 / many["cpu_ms"] / one["rps"]
+    out["ratios"] = {"rps": round(many["rps"] / one["rps"], 2), "rps_if_every_core_busy": round(bound, 2),
+                     "p99_over_p50_of_one": round(many["p99_ms"] / one["p50_ms"], 2)}
     return out
 
 
