@@ -392,20 +392,18 @@ def evidence(query: KeywordQuery, weights: Sequence[float], text: str, path: str
     matched = 0.0
     words, words_matched = 0.0, 0.0  # the terms that are not identifiers
     identifiers_found = True
-    has_identifier = False
     for term, weight in zip(query.terms, weights, strict=True):
-        in_text = term.needle in haystack
-        in_path = term.identifier and term.needle in path_tokens
+        in_text = term.found_in(haystack)
+        in_path = term.identifier and term.found_in(path_tokens)
         if in_text or in_path:
             matched += weight
         if term.identifier:
-            has_identifier = True
             identifiers_found = identifiers_found and (in_text or in_path)
         else:
             words += weight
             words_matched += weight if in_text else 0.0
     score = matched / total
-    if has_identifier and identifiers_found:
+    if query.has_identifier and identifiers_found:
         score = d.IDENTIFIER_FLOOR + (1.0 - d.IDENTIFIER_FLOOR) * (words_matched / words if words else 1.0)
     return TextEvidence(rank, bm25, min(score, 1.0))
 
