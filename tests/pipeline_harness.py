@@ -113,9 +113,8 @@ class Pipeline:
         from rq.registry import ScheduledJobRegistry, StartedJobRegistry
 
         for q in (q for stage in ("chunk", "embed", "index") for q in self.bus.lanes(stage)):
-            taken = [j.decode() for j in self.conn.lrange(q.intermediate_queue_key, 0, -1)]
             if (q.count or StartedJobRegistry(queue=q).count or ScheduledJobRegistry(queue=q).count
-                    or any(self.bus.pending(job_id) for job_id in taken)):
+                    or any(self.bus.pending(job_id) for job_id in q.intermediate_queue.get_job_ids())):
                 return False
         return True
 

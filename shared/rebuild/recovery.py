@@ -87,8 +87,8 @@ def queued_events(bus: Bus) -> set[str]:
         if not name.startswith(prefix):
             continue
         queue = Queue(name, connection=bus.conn)
-        taken = [j.decode() for j in bus.conn.lrange(queue.intermediate_queue_key, 0, -1)]
-        ids = [*queue.get_job_ids(), *taken, *StartedJobRegistry(queue=queue).get_job_ids(cleanup=False)]
+        ids = [*queue.get_job_ids(), *queue.intermediate_queue.get_job_ids(),
+               *StartedJobRegistry(queue=queue).get_job_ids(cleanup=False)]
         for job in Job.fetch_many(ids, connection=bus.conn):
             payloads = job.args[0] if job is not None and job.args and isinstance(job.args[0], list) else []
             found.update(json.loads(raw).get("event_id", "") for raw in payloads if isinstance(raw, str))
