@@ -317,6 +317,21 @@ PORT = 8765
 #: "auto": bearer tokens required beyond loopback, where other users of the network can reach the
 #: server; "on": always; "off": never. A token sent is checked in every mode.
 AUTH = "auto"
+#: Query processes of ``memoryd serve`` (and so of ``memoryd up``), sharing its socket
+#: (services/cli/serveprocs.py): a process runs its searches' Python under one GIL, which left
+#: ~11 % of this 2-core machine idle at 8 clients with one process. "auto": one per core, at
+#: most SERVE_MAX_PROCESSES (each keeps its own model session and caches: ~100 MB once it has
+#: searched).
+SERVE_PROCESSES = "auto"
+SERVE_MAX_PROCESSES = 4
+#: How often the first query process looks for a helper that exited, and how long it waits
+#: before starting another: the first delay after a helper that ran SERVE_STABLE_S, then longer
+#: for each that died younger, in a row (a helper that cannot start must not spin).
+SERVE_WATCH_INTERVAL_S = 0.5
+SERVE_RESTART_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 15.0, 30.0)
+SERVE_STABLE_S = 30.0
+#: How long a helper has to stop after SIGTERM before it is killed.
+SERVE_STOP_TIMEOUT_S = 10.0
 #: Where memoryd keeps what it derives (indexes, logs, tokens): in the home folder, outside every workspace.
 STATE_DIR = "~/.memoryd"
 

@@ -97,3 +97,25 @@ def test_a_search_held_in_its_snapshot_blocks_no_other_and_each_sees_its_own_com
         assert DELETED in _paths(first.result())
     finally:
         service.close()
+
+
+def test_what_the_first_search_loaded_is_frozen_out_of_the_collectors_walks(tmp_path: Path) -> None:
+    """A full garbage collection walks every tracked object, holding the GIL: with the model loaded
+    it stopped every search of the process for ~50 ms. After its first search the service freezes
+    what is loaded (``gc.freeze``), once; a full collection then walks only what came after."""
+    import gc
+
+    settings = build(tmp_path, provider="hash")
+    gc.unfreeze()  # what earlier tests of this process froze
+    service = QueryService(settings)
+    try:
+        assert gc.get_freeze_count() == 0
+        service.search("main", SearchRequest(query="atlas-docs-eu"))
+        frozen = gc.get_freeze_count()
+        assert frozen > 10_000  # the libraries, the settings, the index's caches
+        service.search("main", SearchRequest(query="quarterly budget review"))
+        assert gc.get_freeze_count() <= frozen  # once: not again (a frozen object freed leaves the count)
+        assert len(gc.get_objects(2)) < frozen / 10
+    finally:
+        service.close()
+        gc.unfreeze()

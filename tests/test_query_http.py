@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from fastapi import APIRouter
@@ -60,7 +61,7 @@ def test_agents_and_health(client: TestClient) -> None:
     agents = client.get("/v1/agents").json()["agents"]
     assert [(a["id"], a["indexed"]) for a in agents] == [("main", True)]
     assert agents[0]["chunks"] > 10
-    assert client.get("/healthz").json() == {"status": "ok", "agents": 1}
+    assert client.get("/healthz").json() == {"status": "ok", "agents": 1, "pid": os.getpid()}
 
 
 def test_openapi_schema_is_served(client: TestClient) -> None:

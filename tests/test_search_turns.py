@@ -46,6 +46,33 @@ def test_turns_are_served_first_come_first_served() -> None:
     assert order == [0, 1, 2, 3, 4, 5]
 
 
+def test_a_search_coming_back_for_its_second_turn_goes_ahead_of_those_waiting() -> None:
+    """A search that gave its turn back to wait for its embedding (engine.search's late path)
+    takes its next turn ``first``: it never waits in line twice."""
+    turns = Turns(1, timeout=30)
+    order: list[str] = []
+    release = threading.Event()
+
+    def search(name: str, first: bool = False) -> None:
+        with turns.turn(first=first):
+            order.append(name)
+            if name == "holder":
+                release.wait(30)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        done = [pool.submit(search, "holder")]
+        wait_until(lambda: order == ["holder"], timeout=10, what="the first search to hold the one turn")
+        for queued, name in enumerate(("new-1", "new-2"), start=1):
+            done.append(pool.submit(search, name))
+            wait_until(lambda queued=queued: len(turns._waiting) == queued, timeout=10, what=f"{name} to queue")
+        done.append(pool.submit(search, "back", True))
+        wait_until(lambda: len(turns._waiting) == 3, timeout=10, what="the returning search to queue")
+        release.set()
+        for future in done:
+            future.result(timeout=30)
+    assert order == ["holder", "back", "new-1", "new-2"]
+
+
 def test_a_search_that_waits_past_the_deadline_fails_busy_and_says_what_it_waited_for() -> None:
     turns = Turns(2, timeout=0.3)
     held = threading.Event()

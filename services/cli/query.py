@@ -68,6 +68,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--another", action="store_true",
                    help="serve although a memoryd serve (or up) already serves this state dir; this one is not "
                         "noted in <state>/serve.json, so the CLI keeps asking the first")
+    p.add_argument("--processes", type=int, metavar="N",
+                   help="query processes sharing the port (default memoryd.server.processes: one per core, at most 4)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("mcp", parents=[common])
@@ -177,8 +179,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             url = url.replace(wildcard, f"//{socket.gethostname()}:")
         placement.publish(server.advertise_url or url)
 
+    from memoryd.services.cli import serveprocs
+
+    processes = args.processes or serveprocs.count(server.processes)
     remote.serve(app, host, server.port if args.port is None else args.port, settings, announce=not args.another,
-                 listening=listening)
+                 listening=listening, processes=processes)
     return 0
 
 

@@ -155,49 +155,55 @@ def print_json(answer: dict[str, Any]) -> None:
 
 
 def serve(app: Any, host: str, port: int, settings: Settings, *, announce: bool = True,
-          what: str = "HTTP API", path: str = "", listening: Callable[[str], None] | None = None) -> None:
+          what: str = "HTTP API", path: str = "", listening: Callable[[str], None] | None = None,
+          processes: int = 1) -> None:
     """Run ``app`` under uvicorn on ``host:port`` (0: any free port), said on stdout once it
     listens; with ``announce``, noted in the state dir (``serve.json``) until it stops, for the
     CLI to find. A second announced server of one state dir is refused: it would take the
-    first's note, and remove it on exit. ``listening`` is told the URL once it listens."""
+    first's note, and remove it on exit. ``listening`` is told the URL once it listens.
+    ``processes`` > 1: as many processes listen on the port (services/cli/serveprocs.py); in one
+    of those helpers this only listens there too and serves."""
     import signal
     import socket
 
-    import uvicorn
+    from memoryd.services.cli import serveprocs
 
+    # uvicorn stops on SIGTERM, then raises the signal again once it has: by default that would
+    # end the process before the finally blocks below ran (the address file withdrawn, the helpers stopped).
+    signal.signal(signal.SIGTERM, _stopped)
+    helper = serveprocs.inherited()
+    if helper is not None:
+        serveprocs.run(app, *helper)
+        return
     running = locate.server_pid(settings.state_dir) if announce else None
     if running:
         raise MemorydError(f"a memoryd serve (pid {running}, {locate.server_url(settings.state_dir)}) already serves "
                            f"the state dir {settings.state_dir}: use it, stop it first, or start this one with "
                            "--another (a second server, not announced to the CLI)")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # Accepted connections inherit it: without it each response waited ~40 ms for the client's
-    # delayed ACK (Nagle), as asyncio's own listening sockets never do (bench/agents.py).
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
-        sock.bind((host, port))
+        sock = serveprocs.listen(host, port, shared=processes > 1)
     except OSError as exc:
-        sock.close()
         raise MemorydError(f"cannot listen on {host}:{port}: {exc.strerror} (another memoryd serve or up?): stop it, "
                            "or choose another port with --port or memoryd.server.port") from None
-    sock.listen(2048)  # connections wait in the backlog until uvicorn accepts them
     bound = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     url = f"http://{shown}:{bound}"
     if announce:
         locate.announce(settings.state_dir, url, settings.source_file)
     if listening is not None:
         listening(url)
-    docs = f" (docs at {url}/docs)" if what == "HTTP API" else ""
-    print(f"memoryd: {what} at {url}{path}{docs}; ready", flush=True)
-    # uvicorn stops on SIGTERM, then raises the signal again once it has: by default that would
-    # end the process before the address file is withdrawn.
-    signal.signal(signal.SIGTERM, _stopped)
+    load = serveprocs.Load(processes) if processes > 1 else None
+    helpers = serveprocs.Helpers(sock, processes, load) if load is not None else None
     try:
-        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+        if helpers is not None:
+            helpers.start()
+        docs = f" (docs at {url}/docs)" if what == "HTTP API" else ""
+        also = f" on {processes} processes" if helpers is not None else ""
+        print(f"memoryd: {what} at {url}{path}{docs}{also}; ready", flush=True)
+        serveprocs.run(app, sock, load)
     finally:
+        if helpers is not None:
+            helpers.stop()
         if announce:
             locate.withdraw(settings.state_dir)
         sock.close()

@@ -13,6 +13,7 @@ services/query/fusion.py scores their union. Reads: ``memory_get`` goes through
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import os
 import sys
 import threading
@@ -95,6 +96,8 @@ class QueryService:
         self._turns = Turns(d.SEARCHES_AT_ONCE, d.SEARCH_TURN_TIMEOUT_S)
         #: Indexes of past moments (``asOf``) replayed from the log, most recently used last.
         self._past: dict[Path, AgentIndex] = {}
+        #: Whether what the first search loaded is frozen out of the garbage collector's sight yet.
+        self._frozen = False
         single_blas_thread()
         sys.setswitchinterval(d.QUERY_SWITCH_INTERVAL_S)
 
@@ -179,7 +182,7 @@ class QueryService:
             # answer in a new snapshot — with vectors, or from keywords and the reason.
             assert isinstance(embedding, Future)
             embedding = settle(embedding, started + q.embed_timeout_ms / 1000 - time.monotonic(), q.embed_timeout_ms)
-            with self._turns.turn(), agent_index.snapshot() as index:
+            with self._turns.turn(first=True), agent_index.snapshot() as index:
                 found = self._in_snapshot(index, plan, embedding, found)
         assert not isinstance(found, _Late)  # a settled embedding is never late
         results, vectors, text_side = found
@@ -188,8 +191,20 @@ class QueryService:
         gone = None if agent.workspace.is_dir() else (
             f"agent {agent_id}'s workspace {agent.workspace} does not exist: these results come from its index, "
             "and their files may be gone; fix the agent's workspace or restore the folder")
+        if not self._frozen:
+            self._freeze()
         return SearchResponse(results=results, provider=provider_name, model=model, mode=answered,
                               fusion=mode, reason=vectors.reason, warning=gone)
+
+    def _freeze(self) -> None:
+        """Once, after the first search: what it loaded for good (the model's tokenizer and
+        vocabulary, the libraries, the index's caches) moves out of the garbage collector's
+        generations (``gc.freeze``). A full collection walked all of it, holding the GIL: 56 ms
+        here, every search of the process stopped meanwhile — the slowest requests at 8 clients
+        came in bursts of all eight at once (bench/query.py ``concurrency``)."""
+        self._frozen = True
+        gc.collect()
+        gc.freeze()
 
     def _in_snapshot(self, index: Snapshot, s: _Search, embedding: Future[Embedded] | Vectors,
                      late: _Late | None) -> tuple[list[SearchResult], Vectors, bool] | _Late:

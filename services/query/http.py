@@ -3,7 +3,7 @@
     POST /v1/agents/{agent}/memory_search   SearchRequest → SearchResponse
     POST /v1/agents/{agent}/memory_get      GetRequest    → GetResponse
     GET  /v1/agents                          the configured agents and their indexes
-    GET  /healthz                            liveness
+    GET  /healthz                            liveness (and which query process answered: ``pid``)
     GET  /openapi.json, /docs                the schema
 
 Every error is ``{"error": {"code": ..., "message": ...}}`` (services/query/errors.py) with the
@@ -18,6 +18,7 @@ with ``unavailable`` saying why it may be stale.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -113,7 +114,7 @@ def create_app(settings: Settings, routers: Sequence[APIRouter] = (), service: Q
 
     @app.get("/healthz", tags=["ops"], summary="Liveness")
     def healthz() -> dict:
-        return {"status": "ok", "agents": len(service.settings.agent_ids())}
+        return {"status": "ok", "agents": len(service.settings.agent_ids()), "pid": os.getpid()}
 
     app.include_router(query_router(service, placement))
     for router in routers:

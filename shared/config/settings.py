@@ -14,7 +14,7 @@ import hashlib
 import re
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic.alias_generators import to_camel
@@ -262,6 +262,9 @@ class ServerSettings(_Model):
     #: The URL other nodes forward this node's agents' searches to; default: the address it listens
     #: on (with the host name for 0.0.0.0 / ::).
     advertise_url: str | None = None
+    #: Query processes accepting on the one socket (services/cli/serveprocs.py): "auto" = one per
+    #: core, at most SERVE_MAX_PROCESSES; 1 = the single process of before.
+    processes: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = d.SERVE_PROCESSES
 
 
 class QueryServiceSettings(_Model):

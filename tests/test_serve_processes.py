@@ -1,0 +1,219 @@
+"""``memoryd serve`` on several query processes (services/cli/serveprocs.py), run for real: each
+answers, connections end evenly spread, a killed one is replaced while the others answer, stopping
+the server stops them all, and one whose first process dies stops by itself; no other server can
+take a share of the port."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from retrieval_set import build
+from support import wait_until
+
+from memoryd.services.cli import locate, serveprocs
+from memoryd.shared.config.settings import Settings
+
+#: Deadlines (seconds): a liveness bound each, never a timing claim.
+START_S = 90
+GONE_S = 30
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return build(tmp_path_factory.mktemp("processes"), provider="hash")
+
+
+class Served:
+    def __init__(self, settings: Settings, processes: int, *extra: str) -> None:
+        self.log = settings.state_dir / f"serve-{processes}.log"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "memoryd.services.cli", "serve", "--port", "0", "--processes", str(processes),
+             "--config", settings.source_file or "", "--state-dir", str(settings.state_dir), *extra],
+            stdout=subprocess.DEVNULL, stderr=self.log.open("wb"))
+        announced = settings.state_dir / locate.SERVER_FILE
+
+        def ours() -> dict | None:
+            try:
+                note = json.loads(announced.read_text())
+            except (OSError, ValueError):
+                return None
+            return note if note["pid"] == self.process.pid else None
+
+        url = wait_until(ours, timeout=START_S, what="this server's serve.json")["url"]
+        self.host, self.port = url.split("//")[1].rsplit(":", 1)[0], int(url.rsplit(":", 1)[1])
+
+    def helpers(self) -> list[int]:
+        return [c.pid for c in psutil.Process(self.process.pid).children() if c.is_running()
+                and c.status() != psutil.STATUS_ZOMBIE]
+
+    def ask(self, path: str = "/healthz", body: dict | None = None,
+            conn: http.client.HTTPConnection | None = None) -> dict:
+        """One request, on ``conn`` or a new connection."""
+        own = conn is None
+        conn = conn or http.client.HTTPConnection(self.host, self.port, timeout=60)
+        try:
+            if body is None:
+                conn.request("GET", path)
+            else:
+                conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            answer = json.loads(response.read())
+            assert response.status == 200, answer
+            return answer
+        finally:
+            if own:
+                conn.close()
+
+    def pids_seen(self, want: set[int]) -> set[int]:
+        """The processes that answered new connections until all of ``want`` did (a helper answers
+        once it has started and listens; new connections land by the kernel's hash)."""
+        seen: set[int] = set()
+
+        def all_seen() -> bool:
+            seen.add(self.ask()["pid"])
+            return want <= seen
+
+        wait_until(all_seen, timeout=START_S, interval=0.01, what=f"answers from each of {sorted(want)}")
+        return seen
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=GONE_S)
+
+
+@pytest.fixture
+def served(settings: Settings) -> Iterator[Served]:
+    server = Served(settings, 2)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_each_query_process_answers_the_same_search(served: Served) -> None:
+    wait_until(lambda: len(served.helpers()) == 1, timeout=START_S, what="the helper process")
+    everyone = {served.process.pid, *served.helpers()}
+    assert served.pids_seen(everyone) == everyone
+    answers = {}
+    for _ in range(200):
+        conn = http.client.HTTPConnection(served.host, served.port, timeout=60)
+        try:
+            pid = served.ask(conn=conn)["pid"]
+            if pid not in answers:
+                answers[pid] = served.ask("/v1/agents/main/memory_search", {"query": "E-404"}, conn=conn)
+        finally:
+            conn.close()
+        if len(answers) == 2:
+            break
+    first, second = answers.values()
+    assert first["results"] and first == second
+
+
+def test_connections_opened_at_once_end_evenly_spread(served: Served) -> None:
+    """Eight keep-alive connections opened together land where the kernel puts them (6/2 as
+    often as 4/4); a process holding more than its share closes one after its answer, the
+    client reconnects, and within a few rounds each process holds four."""
+    helper = wait_until(served.helpers, timeout=START_S, what="the helper process")[0]
+    served.pids_seen({helper})  # listening
+    conns = [http.client.HTTPConnection(served.host, served.port, timeout=60) for _ in range(8)]
+    barrier = threading.Barrier(8)
+    landed: list[int] = [0] * 8
+
+    def first(i: int) -> None:
+        barrier.wait(timeout=30)
+        landed[i] = served.ask(conn=conns[i])["pid"]
+
+    threads = [threading.Thread(target=first, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    rounds = [Counter(landed)]
+    for _ in range(30):
+        rounds.append(Counter(served.ask(conn=conn)["pid"] for conn in conns))
+        if sorted(rounds[-1].values()) == [4, 4]:
+            break
+    for conn in conns:
+        conn.close()
+    assert sorted(rounds[-1].values()) == [4, 4], rounds
+
+
+def test_a_killed_query_process_is_replaced_and_searches_go_on(served: Served) -> None:
+    helper = wait_until(served.helpers, timeout=START_S, what="the helper process")[0]
+    os.kill(helper, signal.SIGKILL)
+    # meanwhile every new connection is answered, by the process still there
+    for _ in range(20):
+        assert served.ask("/v1/agents/main/memory_search", {"query": "E-404"})["results"]
+    fresh = wait_until(lambda: [p for p in served.helpers() if p != helper], timeout=GONE_S,
+                       what="a new query process in place of the killed one")
+    assert fresh[0] in served.pids_seen({fresh[0]})
+    assert f"query process {helper} exited with -9" in served.log.read_text()
+
+
+def test_stopping_the_server_stops_every_query_process(settings: Settings) -> None:
+    server = Served(settings, 3)
+    helpers = wait_until(lambda: len(server.helpers()) == 2 and server.helpers(), timeout=START_S,
+                         what="two helper processes")
+    server.stop()
+    assert server.process.returncode == 0
+    wait_until(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                               for p in helpers), timeout=GONE_S, what="the helpers to stop with the server")
+    assert not (settings.state_dir / locate.SERVER_FILE).exists()
+
+
+def test_a_query_process_stops_when_its_first_process_is_killed(settings: Settings) -> None:
+    server = Served(settings, 2)
+    try:
+        helper = wait_until(server.helpers, timeout=START_S, what="the helper process")[0]
+        server.process.kill()  # no SIGTERM, no finally: the kernel tells the helper (PR_SET_PDEATHSIG)
+        server.process.wait(timeout=GONE_S)
+        wait_until(lambda: not psutil.pid_exists(helper) or psutil.Process(helper).status() == psutil.STATUS_ZOMBIE,
+                   timeout=GONE_S, what="the helper to stop after its first process was killed")
+    finally:
+        server.stop()
+        (settings.state_dir / locate.SERVER_FILE).unlink(missing_ok=True)  # the killed server's note
+
+
+def test_no_other_server_can_take_a_share_of_the_port(served: Served, settings: Settings, tmp_path: Path) -> None:
+    """The port is shared with SO_REUSEPORT among this server's processes only: a second server (of
+    the same user, with processes of its own) asking for it is refused, not let in beside them."""
+    other = subprocess.run(
+        [sys.executable, "-m", "memoryd.services.cli", "serve", "--port", str(served.port), "--processes", "2",
+         "--another", "--config", settings.source_file or "", "--state-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120)
+    assert other.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{served.port}" in other.stderr
+
+
+def test_the_busiest_process_is_the_one_told_to_close() -> None:
+    load = serveprocs.Load(3)
+    for slot, connections in enumerate((5, 3, 4)):
+        load.set(slot, connections)
+    assert [load.busier_than_the_rest(slot) for slot in range(3)] == [True, False, False]
+    load.set(0, 4)
+    assert not any(load.busier_than_the_rest(slot) for slot in range(3))
+    shared = serveprocs.Load(3, os.dup(load.fd))  # what a helper maps from the descriptor it inherits
+    load.set(1, 9)
+    assert shared.busier_than_the_rest(1)
+    load.set(1, serveprocs.Load.ABSENT)  # a helper starting or dead: not the least loaded
+    load.set(2, 1)
+    assert load.busier_than_the_rest(0) and not load.busier_than_the_rest(2)
+
+
+def test_auto_is_one_process_per_core_up_to_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert serveprocs.count("auto") == 2 and serveprocs.count(1) == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert serveprocs.count("auto") == serveprocs.d.SERVE_MAX_PROCESSES
