@@ -204,12 +204,13 @@ def test_the_busiest_process_is_the_one_told_to_close() -> None:
     assert [load.busier_than_the_rest(slot) for slot in range(3)] == [True, False, False]
     load.set(0, 4)
     assert not any(load.busier_than_the_rest(slot) for slot in range(3))
-    shared = serveprocs.Load(3, os.dup(load.fd))  # what a helper maps from the descriptor it inherits
+    shared = serveprocs.Load.inherit(os.dup(load.fd))  # what a helper maps from the descriptor it inherits
     load.set(1, 9)
     assert shared.busier_than_the_rest(1)
     load.set(1, serveprocs.Load.ABSENT)  # a helper starting or dead: not the least loaded
     load.set(2, 1)
     assert load.busier_than_the_rest(0) and not load.busier_than_the_rest(2)
+    assert shared.busier_than_the_rest(0)  # every slot, not only those up to the helper's own
 
 
 def test_auto_is_one_process_per_core_up_to_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:

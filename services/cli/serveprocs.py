@@ -60,7 +60,10 @@ _PR_SET_PDEATHSIG = 1
 
 
 def count(configured: int | str) -> int:
-    """Query processes for ``memoryd.server.processes``: "auto" = one per core, at most ``d.SERVE_MAX_PROCESSES``."""
+    """Query processes for ``memoryd.server.processes``: "auto" = one per core, at most
+    ``d.SERVE_MAX_PROCESSES``; one where the shared page cannot be made (``memfd_create``: Linux)."""
+    if not hasattr(os, "memfd_create"):
+        return 1
     if configured == "auto":
         return max(1, min(os.cpu_count() or 1, d.SERVE_MAX_PROCESSES))
     return int(configured)
@@ -74,11 +77,21 @@ class Load:
 
     ABSENT = -1
 
-    def __init__(self, processes: int, fd: int | None = None) -> None:
-        self.fd = os.memfd_create("memoryd-serve-load", 0) if fd is None else fd
-        if fd is None:
-            os.ftruncate(self.fd, 4 * processes)
-        self.page = mmap.mmap(self.fd, 4 * processes)
+    def __init__(self, processes: int) -> None:
+        self.fd = os.memfd_create("memoryd-serve-load", 0)
+        os.ftruncate(self.fd, 4 * processes)
+        self._map()
+
+    @classmethod
+    def inherit(cls, fd: int) -> Load:
+        """The page a helper was handed (its descriptor), every process's slot in it."""
+        load = cls.__new__(cls)
+        load.fd = fd
+        load._map()
+        return load
+
+    def _map(self) -> None:
+        self.page = mmap.mmap(self.fd, os.fstat(self.fd).st_size)
         self.counts = memoryview(self.page).cast("i")
 
     def set(self, slot: int, connections: int) -> None:
@@ -143,7 +156,7 @@ def inherited() -> tuple[socket.socket, Load, int] | None:
         raise SystemExit(0)  # the first process died before the signal was asked for
     slot = int(os.environ[SLOT_ENV])
     host, port = json.loads(address)
-    return join(host, port), Load(slot + 1, int(os.environ[LOAD_ENV])), slot
+    return join(host, port), Load.inherit(int(os.environ[LOAD_ENV])), slot
 
 
 def listen(host: str, port: int, shared: bool = False) -> socket.socket:
@@ -194,7 +207,6 @@ class Helpers:
         self.load = load
         self.argv = [sys.executable, "-m", "memoryd.services.cli", *(sys.argv[1:] if argv is None else argv)]
         self.running: list[subprocess.Popen[bytes]] = []
-        self.restarts = 0
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._watch = threading.Thread(target=self._keep, name="memoryd-serve-helpers", daemon=True)
@@ -211,10 +223,6 @@ class Helpers:
                                   LOAD_ENV: str(self.load.fd), SLOT_ENV: str(slot)})
         return subprocess.Popen(self.argv, env=env, pass_fds=(self.load.fd,),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-
-    def pids(self) -> list[int]:
-        with self._lock:
-            return [p.pid for p in self.running]
 
     def _keep(self) -> None:
         """Restart each helper that exits, after a delay that grows while they die young."""
@@ -236,7 +244,6 @@ class Helpers:
                     slot = self.running.index(process) + 1
                     fresh = self._spawn(slot)
                     self.running[slot - 1] = fresh
-                    self.restarts += 1
                 started[id(fresh)] = time.monotonic()
 
     def stop(self) -> None:
