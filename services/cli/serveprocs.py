@@ -46,16 +46,13 @@ import time
 from typing import Any
 
 from memoryd.shared import defaults as d
+from memoryd.shared.config import environment
 
 log = logging.getLogger("memoryd.serve")
 
-#: Set in a helper's environment: the host and port the first process listens on.
-ADDRESS_ENV = "MEMORYD_SERVE_ADDRESS"
-#: Set in a helper's environment: the pid of the process that started it.
-PARENT_ENV = "MEMORYD_SERVE_PARENT"
-#: Set in a helper's environment: the shared page of connection counts (:class:`Load`) and its slot in it.
-LOAD_ENV = "MEMORYD_SERVE_LOAD"
-SLOT_ENV = "MEMORYD_SERVE_SLOT"
+#: A helper's environment: the address to listen on (JSON [host, port]), the first process's pid,
+#: the shared page's descriptor (:class:`Load`) and the helper's slot in it.
+ADDRESS_ENV, PARENT_ENV, LOAD_ENV, SLOT_ENV = environment.SERVE_HELPER
 _PR_SET_PDEATHSIG = 1
 
 
@@ -144,19 +141,18 @@ def run(app: Any, sock: socket.socket, load: Load | None = None, slot: int = 0) 
 def inherited() -> tuple[socket.socket, Load, int] | None:
     """In a helper: the listening socket of the first process, the shared :class:`Load` and this
     helper's slot in it (and the helper bound to the first process's life); else None."""
-    address = os.environ.get(ADDRESS_ENV)
-    if address is None:
+    told = environment.serve_helper()
+    if told is None:
         return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # the first process gone: this one stops
     except (OSError, AttributeError):  # not Linux: the helper notices on its next check instead
         pass
-    if str(os.getppid()) != os.environ.get(PARENT_ENV):
+    if str(os.getppid()) != told[PARENT_ENV]:
         raise SystemExit(0)  # the first process died before the signal was asked for
-    slot = int(os.environ[SLOT_ENV])
-    host, port = json.loads(address)
-    return join(host, port), Load.inherit(int(os.environ[LOAD_ENV])), slot
+    host, port = json.loads(told[ADDRESS_ENV])
+    return join(host, port), Load.inherit(int(told[LOAD_ENV])), int(told[SLOT_ENV])
 
 
 def listen(host: str, port: int, shared: bool = False) -> socket.socket:
@@ -219,8 +215,8 @@ class Helpers:
     def _spawn(self, slot: int) -> subprocess.Popen[bytes]:
         self.load.set(slot, Load.ABSENT)  # until it listens
         host, port = self.sock.getsockname()[:2]
-        env = dict(os.environ, **{ADDRESS_ENV: json.dumps([host, port]), PARENT_ENV: str(os.getpid()),
-                                  LOAD_ENV: str(self.load.fd), SLOT_ENV: str(slot)})
+        env = environment.for_children(**{ADDRESS_ENV: json.dumps([host, port]), PARENT_ENV: str(os.getpid()),
+                                          LOAD_ENV: str(self.load.fd), SLOT_ENV: str(slot)})
         return subprocess.Popen(self.argv, env=env, pass_fds=(self.load.fd,),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 

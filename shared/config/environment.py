@@ -84,6 +84,20 @@ def model_cache(environ: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memoryd" / "models"
 
 
+#: What the first query process of ``memoryd serve`` tells each helper it starts
+#: (services/cli/serveprocs.py): the address to listen on, its own pid, the descriptor of the
+#: shared page of connection counts and the helper's slot in it.
+SERVE_HELPER = ("MEMORYD_SERVE_ADDRESS", "MEMORYD_SERVE_PARENT", "MEMORYD_SERVE_LOAD", "MEMORYD_SERVE_SLOT")
+
+
+def serve_helper(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """In a helper query process: the :data:`SERVE_HELPER` variables it was started with; else None."""
+    env = os.environ if environ is None else environ
+    if SERVE_HELPER[0] not in env:
+        return None
+    return {name: env[name] for name in SERVE_HELPER}
+
+
 def for_children(**overrides_: str) -> dict[str, str]:
     """The environment for a child process: this one's, with ``overrides_`` set."""
     return {**os.environ, **overrides_}
