@@ -127,12 +127,16 @@ def _search(http: httpx.Client, agent: str, query: str) -> list[dict]:
 
 
 def _processes(procs: dict[str, subprocess.Popen[bytes]]) -> dict[str, dict[str, float]]:
+    """Each service's memory and descriptors, with the processes it started (``memoryd serve``'s
+    query processes: services/cli/serveprocs.py) added in and counted in ``processes``."""
     out = {}
     for name, proc in procs.items():
-        p = psutil.Process(proc.pid)
-        full = p.memory_full_info()  # PSS: a page shared with other processes counts in shares
-        out[name] = {"rss_mb": round(full.rss / 2**20, 1), "pss_mb": round(full.pss / 2**20, 1),
-                     "open_fds": p.num_fds()}
+        first = psutil.Process(proc.pid)
+        tree = [first, *first.children(recursive=True)]
+        fulls = [p.memory_full_info() for p in tree]  # PSS: a page shared with other processes counts in shares
+        out[name] = {"rss_mb": round(sum(f.rss for f in fulls) / 2**20, 1),
+                     "pss_mb": round(sum(f.pss for f in fulls) / 2**20, 1),
+                     "open_fds": sum(p.num_fds() for p in tree), "processes": len(tree)}
     return out
 
 
