@@ -48,6 +48,44 @@ def test_up_runs_all_services_and_stops_them(workspace: Path, make_settings, red
         log.close()
 
 
+def test_up_brings_the_query_processes_back_after_the_first_is_killed(workspace: Path, make_settings,
+                                                                       redis_url: str, tmp_path: Path) -> None:
+    """kill -9 of ``memoryd serve``'s first query process under ``up``: its helper stops with it
+    (the kernel tells it), ``up`` starts the query service again, which binds the port once the
+    helper let go of it and starts its own helper (services/cli/serveprocs.py)."""
+    port = free_port()
+    _, config = make_settings(workspace, redis=redis_url, extra={"memoryd": {"server": {"port": port,
+                                                                                       "processes": 2}}})
+    log = open(tmp_path / "up.log", "wb")  # noqa: SIM115 - closed below
+    up = subprocess.Popen([sys.executable, "-m", "memoryd.services.cli", "--config", str(config), "up"],
+                          stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    base = f"http://127.0.0.1:{port}"
+
+    def query_processes() -> tuple[psutil.Process, list[psutil.Process]] | None:
+        try:  # a process may end while it is looked at
+            first = [c for c in psutil.Process(up.pid).children() if c.cmdline()[3:4] == ["serve"]]
+            helpers = first[0].children() if first else []
+        except psutil.Error:
+            return None
+        return (first[0], helpers) if first and helpers else None
+
+    try:
+        wait_until(lambda: _ok(f"{base}/healthz"), timeout=90, what="the query service")
+        first, helpers = wait_until(query_processes, timeout=90, what="the query service's helper")
+        first.kill()
+        gone, alive = psutil.wait_procs(helpers, timeout=30)
+        assert not alive  # the helper stopped with its first process
+        again = wait_until(lambda: (q := query_processes()) and q[0].pid != first.pid and q, timeout=60,
+                           what="a new first query process with its helper")
+        answered = set()
+        wait_until(lambda: answered.add(httpx.get(f"{base}/healthz", timeout=5).json()["pid"]) or
+                   {again[0].pid, again[1][0].pid} <= answered, timeout=60, what="answers from both new processes")
+        assert "memoryd: query exited with -9" in (tmp_path / "up.log").read_text()
+    finally:
+        _stop_tree(up)
+        log.close()
+
+
 def _ok(url: str) -> bool:
     try:
         return httpx.get(url, timeout=1).status_code == 200
