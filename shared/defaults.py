@@ -109,6 +109,9 @@ LOCAL_BATCH = 4
 #: Weights of at least this many bytes are mapped from the machine's shared optimised copy of the local
 #: model (shared/embed/onnxshare.py); smaller ones (biases, norms) stay in the model file.
 SHARED_MODEL_MIN_MAPPED_BYTES = 1024
+#: How long the child process that writes the machine's copy of the local model may take (~1 s
+#: here: its start, ONNX Runtime's import, the folding); past it the model loads privately.
+SHARED_MODEL_WRITE_TIMEOUT_S = 120.0
 #: ONNX threads of each query process's model (workers always use one). With one query process
 #: per core (SERVE_PROCESSES) a second thread only takes a core another process's searches
 #: need: 8 clients at 100k, 2 processes, alternating servers (2026-12-04): 107.1 → 113.5 and

@@ -30,6 +30,18 @@ sys.stdin.read()
 """
 
 
+#: A process that loads the local provider and prints whether it maps the shared copy and its peak resident memory.
+PEAK = """
+import json
+from memoryd.shared.config.settings import LocalSettings
+from memoryd.shared.embed.providers import LocalProvider
+p = LocalProvider(LocalSettings())
+p.embed_query("x")
+peak = [line for line in open('/proc/self/status') if line.startswith('VmHWM')][0].split()[1]
+print(json.dumps({"shared": p.shared_weights, "peak_kb": int(peak)}))
+"""
+
+
 def _private_vector() -> np.ndarray:
     """QUESTION embedded by the shipped model, loaded the way it was before the shared copy."""
     provider = LocalProvider(LocalSettings())
@@ -53,6 +65,17 @@ def test_two_processes_map_one_copy_of_the_weights_and_embed_as_the_shipped_mode
         assert s["shared"] and str(weights[0]) in s["maps"]  # both map the same file: one copy in the page cache
     assert np.allclose(seen[0]["vector"], _private_vector(), atol=1e-5)
     assert seen[0]["vector"] == seen[1]["vector"]
+
+
+def test_the_process_that_writes_the_copy_peaks_no_higher_than_one_that_maps_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy is written by a child process (onnxshare._write): the ~150 MB ONNX Runtime's folding
+    takes never lands in the process that goes on embedding."""
+    monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(tmp_path / "models"))
+    writer, reader = (json.loads(subprocess.run([sys.executable, "-c", PEAK], capture_output=True, text=True,
+                                                timeout=120, check=True).stdout) for _ in range(2))
+    assert writer["shared"] and reader["shared"]
+    assert writer["peak_kb"] < reader["peak_kb"] + 30 * 1024, (writer, reader)
 
 
 def test_without_a_writable_cache_the_model_loads_privately_and_says_how_to_fix_it(

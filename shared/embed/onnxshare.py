@@ -12,7 +12,10 @@ The copy lives in ``MEMORYD_MODEL_CACHE``, else ``$XDG_CACHE_HOME/memoryd/models
 and the optimisation level: another model or another ONNX Runtime never reads it, and writing a
 new copy removes the copies of other versions (a process still mapping one keeps its pages). The first
 process to load the model writes it into a folder of its own and renames that into place, so two
-processes starting at once never read a half-written copy. When the copy cannot be written or
+processes starting at once never read a half-written copy. It writes it from a child process
+(:func:`_write`): ONNX Runtime's folding of the shipped model takes ~150 MB that the allocator
+of the process doing it kept in part (a first `memoryd up` on a machine: the writing worker
+~60 MB above its usual size until it restarted). When the copy cannot be written or
 read (a read-only home in a container, a full disk, a file truncated by hand), the process says
 so once and loads the shipped model privately, as before: embedding never depends on the cache.
 """
@@ -23,6 +26,8 @@ import hashlib
 import json
 import logging
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -57,7 +62,25 @@ def _valid(folder: Path) -> bool:
         return False
 
 
-def _write(source: Path, folder: Path, ort: Any) -> None:
+#: The child that writes a copy: ``python -c _WRITER SOURCE FOLDER``.
+_WRITER = ("import sys, pathlib, onnxruntime; from memoryd.shared.embed import onnxshare; "
+           "onnxshare.write(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), onnxruntime)")
+
+
+def _write(source: Path, folder: Path) -> None:
+    """:func:`write` in a child process, within ``d.SHARED_MODEL_WRITE_TIMEOUT_S``: the memory the
+    folding takes goes back with the child. OSError when it fails (the caller loads privately)."""
+    try:
+        done = subprocess.run([sys.executable, "-P", "-c", _WRITER, str(source), str(folder)], capture_output=True,
+                              text=True, timeout=d.SHARED_MODEL_WRITE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise OSError(f"writing the copy took longer than {d.SHARED_MODEL_WRITE_TIMEOUT_S:g} s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        raise OSError(f"writing the copy failed: {last}")
+
+
+def write(source: Path, folder: Path, ort: Any) -> None:
     """Optimise ``source`` into ``folder`` (written aside, then renamed into place)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".writing-", dir=folder.parent))
@@ -94,7 +117,7 @@ def shared_copy(source: Path, ort: Any) -> Path | None:
         root = environment.model_cache()
         folder = root / f"{_name(source)}-{_digest(source)}-ort{ort.__version__}-basic"
         if not _valid(folder):
-            _write(source, folder, ort)
+            _write(source, folder)
         if not _valid(folder):
             raise OSError(f"{folder} holds no complete copy after writing it")
         return folder / _MODEL
