@@ -379,6 +379,10 @@ REDIS_NOTE_WAIT_SECONDS = 10.0
 REDIS_STOP_GRACE_SECONDS = 4.0
 #: How long `memoryd up` waits for its HTTP service to listen before it says it does not.
 UP_READY_SECONDS = 60.0
+#: How long ``memoryd up``'s services have, all together, to stop after its SIGTERM before it
+#: kills those left. (One at a time, 10 s each, a few workers asked to stop while still starting
+#: — RQ notices the request only at its first wait for a job — made up take 30 s.)
+UP_STOP_SECONDS = 10.0
 #: A progress line every this many seconds when stderr is not a terminal (a log, a pipe).
 PROGRESS_LINE_SECONDS = 2.0
 

@@ -86,6 +86,32 @@ def test_up_brings_the_query_processes_back_after_the_first_is_killed(workspace:
         log.close()
 
 
+def test_up_stops_within_one_deadline_however_many_services_hang(workspace: Path, make_settings, redis_url: str,
+                                                                 tmp_path: Path) -> None:
+    """Three services that do not stop on SIGTERM (stopped with SIGSTOP: they act on no signal but
+    SIGKILL) are killed together at UP_STOP_SECONDS after it, not one after another (30 s)."""
+    from memoryd.shared import defaults as d
+
+    port = free_port()
+    _, config = make_settings(workspace, redis=redis_url, extra={"memoryd": {"server": {"port": port}}})
+    log = open(tmp_path / "up.log", "wb")  # noqa: SIM115 - closed below
+    up = subprocess.Popen([sys.executable, "-m", "memoryd.services.cli", "--config", str(config), "up"],
+                          stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: _ok(f"http://127.0.0.1:{port}/healthz"), timeout=90, what="up's HTTP service")
+        hung = [c for c in psutil.Process(up.pid).children() if c.cmdline()[3:4] == ["worker"]][:3]
+        for child in hung:
+            child.send_signal(signal.SIGSTOP)
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=2 * d.UP_STOP_SECONDS + 5) == 0  # one after another: 3 × 10 s
+        assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in hung)
+        said = (tmp_path / "up.log").read_text()
+        assert said.count(f"did not stop within {d.UP_STOP_SECONDS:.0f}s of SIGTERM; killed") == 3
+    finally:
+        _stop_tree(up)
+        log.close()
+
+
 def _ok(url: str) -> bool:
     try:
         return httpx.get(url, timeout=1).status_code == 200

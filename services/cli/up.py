@@ -135,12 +135,18 @@ def supervise(settings: Settings, *, http: bool = True, host: str | None = None,
         for child in children:
             if child.process and child.process.poll() is None:
                 child.process.terminate()
+        # One deadline for all: a service that does not stop is killed at UP_STOP_SECONDS after
+        # the SIGTERM, however many others took their time before it.
+        deadline = time.monotonic() + d.UP_STOP_SECONDS
         for child in children:
             if child.process:
                 try:
-                    child.process.wait(timeout=10)
+                    child.process.wait(timeout=max(deadline - time.monotonic(), 0.0))
                 except subprocess.TimeoutExpired:
+                    print(f"memoryd: {child.name} did not stop within {d.UP_STOP_SECONDS:.0f}s of SIGTERM; killed",
+                          flush=True)
                     child.process.kill()
+                    child.process.wait(timeout=d.UP_STOP_SECONDS)
         if private:
             private.stop()
     return 0
