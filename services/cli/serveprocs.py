@@ -197,11 +197,11 @@ def _bound(host: str, port: int, reuse_port: bool) -> socket.socket:
 class Helpers:
     """The other query processes of one ``memoryd serve``, kept running until :meth:`stop`."""
 
-    def __init__(self, sock: socket.socket, count: int, load: Load, argv: list[str] | None = None) -> None:
+    def __init__(self, sock: socket.socket, count: int, load: Load) -> None:
         self.sock = sock
         self.count = count
         self.load = load
-        self.argv = [sys.executable, "-m", "memoryd.services.cli", *(sys.argv[1:] if argv is None else argv)]
+        self.argv = [sys.executable, "-m", "memoryd.services.cli", *sys.argv[1:]]  # this serve's own arguments
         self.running: list[subprocess.Popen[bytes]] = []
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -228,7 +228,8 @@ class Helpers:
             with self._lock:
                 dead = [p for p in self.running if p.poll() is not None]
             for process in dead:
-                self.load.set(self.running.index(process) + 1, Load.ABSENT)
+                slot = self.running.index(process) + 1
+                self.load.set(slot, Load.ABSENT)
                 lived = time.monotonic() - started.pop(id(process), 0.0)
                 young = young + 1 if lived < d.SERVE_STABLE_S else 0
                 delay = d.SERVE_RESTART_DELAYS_S[min(young, len(d.SERVE_RESTART_DELAYS_S) - 1)]
@@ -237,7 +238,6 @@ class Helpers:
                 if self._stopping.wait(delay):
                     return
                 with self._lock:
-                    slot = self.running.index(process) + 1
                     fresh = self._spawn(slot)
                     self.running[slot - 1] = fresh
                 started[id(fresh)] = time.monotonic()
