@@ -89,6 +89,20 @@ def test_without_a_writable_cache_the_model_loads_privately_and_says_how_to_fix_
     assert "MEMORYD_MODEL_CACHE" in caplog.text and "could not be used" in caplog.text
 
 
+def test_a_copy_that_takes_too_long_to_write_is_given_up_and_the_model_loads_privately(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The child writing the copy gets SHARED_MODEL_WRITE_TIMEOUT_S; past it it is killed, and the
+    process embeds with the shipped model loaded privately (the same vectors)."""
+    from memoryd.shared import defaults as d
+
+    monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(tmp_path / "models"))
+    monkeypatch.setattr(d, "SHARED_MODEL_WRITE_TIMEOUT_S", 0.05)  # the child cannot even import in time
+    provider = LocalProvider(LocalSettings())
+    assert not provider.shared_weights
+    assert np.allclose(provider.embed_query(QUESTION), _private_vector(), atol=1e-5)
+    assert "writing the copy took longer than 0.05 s" in caplog.text
+
+
 def test_a_damaged_copy_is_written_again_and_other_versions_go(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(tmp_path / "models"))
