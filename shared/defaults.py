@@ -264,6 +264,11 @@ REDIS_MARKER_SECONDS = 1.0
 #: How often the watcher looks whether the agent registry or the config file changed:
 #: two stat calls a second, and a new agent's files are watched within a second.
 AGENT_RELOAD_SECONDS = 1.0
+#: Longest read of a worker's command channel (RQ's reader thread; RQ reads for 60 s at a time).
+#: A worker's stop waits for that thread, which sees the request only between reads: a reply read
+#: just before the request sent it back into a 60 s read, and the worker stopped up to a minute
+#: after its SIGTERM (1 in 15 workers told to stop in their first seconds). One select a second.
+WORKER_CHANNEL_READ_SECONDS = 1.0
 #: How often a worker looks for jobs and locks left by a dead memoryd process on any host:
 #: one SMEMBERS and an EXISTS per worker of a queue; with ALIVE_TTL_SECONDS a ``kill -9``'d
 #: worker's job runs again within ~7 s.
@@ -380,8 +385,8 @@ REDIS_STOP_GRACE_SECONDS = 4.0
 #: How long `memoryd up` waits for its HTTP service to listen before it says it does not.
 UP_READY_SECONDS = 60.0
 #: How long ``memoryd up``'s services have, all together, to stop after its SIGTERM before it
-#: kills those left. (One at a time, 10 s each, a few workers asked to stop while still starting
-#: — RQ notices the request only at its first wait for a job — made up take 30 s.)
+#: kills those left. (One at a time, 10 s each, a few workers that were slow to stop made up take
+#: 30 s; see WORKER_CHANNEL_READ_SECONDS for why they were slow.)
 UP_STOP_SECONDS = 10.0
 #: A progress line every this many seconds when stderr is not a terminal (a log, a pipe).
 PROGRESS_LINE_SECONDS = 2.0

@@ -303,10 +303,26 @@ class StageWorker(SimpleWorker):
     stop_requested = False
     #: Told when each job starts and ends, so that an idle worker gives memory back (settle.py).
     settler: Settler | None = None
+    #: Set by the process's own handlers before RQ's are in place (a worker made anew after Redis
+    #: came back): a stop asked for then is not lost when RQ installs its handlers.
+    asked_to_stop: threading.Event | None = None
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stop_requested = True
         super().request_stop(signum, frame)
+
+    def _install_signal_handlers(self) -> None:
+        super()._install_signal_handlers()
+        if self.asked_to_stop is not None and self.asked_to_stop.is_set():
+            self.stop_requested = self._stop_requested = True  # RQ's loop ends before its first job
+
+    def subscribe(self) -> None:
+        """RQ's, but its reader thread reads the command channel for at most
+        WORKER_CHANNEL_READ_SECONDS at a time, not 60: the worker's stop waits for that thread."""
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(sleep_time=d.WORKER_CHANNEL_READ_SECONDS, daemon=True,
+                                                       exception_handler=self._pubsub_exception_handler)
 
     def execute_job(self, job: Job, queue: Queue) -> Any:
         if self.settler is None:
@@ -367,8 +383,11 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
             try:
                 if worker is not None:
                     release_jobs(worker)  # the job it ran when Redis went away, if Redis kept it
+                if stopping.is_set():
+                    return
                 worker = StageWorker(queues, connection=conn, name=name, exception_handlers=[note_error])
                 worker.settler = settler
+                worker.asked_to_stop = stopping
                 worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
             except redis.RedisError as exc:
                 if worker is not None and worker.stop_requested:  # asked to stop, and Redis stopped too
