@@ -17,6 +17,7 @@ that spreads over more than one core lowers it).
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import os
 import subprocess
@@ -37,8 +38,12 @@ SECONDS = 15.0
 REQUESTS = 1500
 #: Rounds per level, alternating levels (1, 8, 1, 8): a drift of the machine's speed is shared.
 ROUNDS = 2
-#: Requests sent before the first round: the model loaded, the vectors paged in, the pool warm.
-WARMUP = 16
+#: Searches each query process answers before the first round: its model loaded, the vectors
+#: paged in, its caches warm. (16 requests on 8 connections at once once left one of two processes
+#: cold: the first round's first searches there took 300-400 ms, a third of the 8 clients' slowest 1 %.)
+WARMUP = 4
+#: How long the warm-up may take to reach every query process.
+WARMUP_SECONDS = 60
 #: How long ``memoryd serve`` may take to announce its address.
 START_SECONDS = 120
 #: A request that takes longer than this fails the run.
@@ -49,16 +54,18 @@ REQUEST_TIMEOUT_S = 60
 def served(state: Path) -> Iterator[tuple[str, int]]:
     """``memoryd serve`` on the state dir (loopback, any free port): → (its URL, its pid)."""
     env = dict(os.environ, MEMORYD_CONFIG=str(state / "memoryd.json"), MEMORYD_STATE_DIR=str(state))
-    server = subprocess.Popen([sys.executable, "-m", "memoryd.services.cli", "serve", "--host", "127.0.0.1",
-                               "--port", "0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    said = state / "serve.out"
+    with said.open("wb") as out:
+        server = subprocess.Popen([sys.executable, "-m", "memoryd.services.cli", "serve", "--host", "127.0.0.1",
+                                   "--port", "0"], env=env, stdout=out, stderr=subprocess.DEVNULL)
     try:
-        url_file = state / "serve.json"
         deadline = time.monotonic() + START_SECONDS
-        while not url_file.exists():
+        # "ready" comes once its query processes are started (serve.json comes before them)
+        while "; ready" not in said.read_text():
             if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError("memoryd serve did not write serve.json")
+                raise RuntimeError(f"memoryd serve did not say it was ready: {said.read_text()!r}")
             time.sleep(0.1)
-        url = json.loads(url_file.read_text())["url"]
+        url = json.loads((state / "serve.json").read_text())["url"]
         assert urlsplit(url).hostname == "127.0.0.1", url
         yield url, server.pid
     finally:
@@ -134,7 +141,7 @@ def measure(state: Path, questions: Callable[[int, int], list[str]]) -> dict[str
     """rps, p50 and p99 (ms) per number of clients, the server's CPU per request, and how many
     answers were not hybrid (``keyword_only``: the embedding late past embedTimeoutMs)."""
     with served(state) as (url, pid):
-        _round_warm(url, questions)
+        _warm(url, pid, questions)
         degraded: dict[int, list[str]] = {n: [] for n in CLIENTS}
         samples: dict[int, list[float]] = {n: [] for n in CLIENTS}
         spent = {n: 0.0 for n in CLIENTS}
@@ -164,11 +171,28 @@ def measure(state: Path, questions: Callable[[int, int], list[str]]) -> dict[str
     return out
 
 
-def _round_warm(url: str, questions: Callable[[int, int], list[str]]) -> None:
-    times: list[float] = []
-    threads = [threading.Thread(target=_client, args=(url, questions(900 + c, WARMUP // 8), time.monotonic() + 60,
-                                                       times, [])) for c in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60 + 2 * REQUEST_TIMEOUT_S)
+def _warm(url: str, pid: int, questions: Callable[[int, int], list[str]]) -> None:
+    """A new connection at a time until each of the server's query processes (the first and the ones
+    it started) has answered WARMUP searches on one: the process that answered is ``/healthz``'s pid."""
+    processes = 1 + len(_children(pid))
+    parts = urlsplit(url)
+    answered: dict[int, int] = {}
+    deadline = time.monotonic() + WARMUP_SECONDS
+    for attempt in itertools.count():
+        if len(answered) >= processes and min(answered.values()) >= WARMUP:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the warm-up reached {len(answered)} of {processes} query processes in "
+                               f"{WARMUP_SECONDS} s: {answered} searches by pid")
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=REQUEST_TIMEOUT_S)
+        try:
+            conn.request("GET", "/healthz")
+            who = json.loads(conn.getresponse().read())["pid"]
+            if answered.get(who, 0) < WARMUP:
+                for question in questions(900 + attempt, WARMUP):
+                    conn.request("POST", "/v1/agents/main/memory_search", json.dumps({"query": question}),
+                                 {"Content-Type": "application/json"})
+                    conn.getresponse().read()
+                answered[who] = answered.get(who, 0) + WARMUP
+        finally:
+            conn.close()
