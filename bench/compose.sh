@@ -4,7 +4,8 @@
 # debootstrap base, host networking, loopback only. Redis on its own port (never the host's 6379)
 # under its own project name. Checks: every service healthy; a note searchable; --scale
 # embedder=3 with all three taking jobs; kill -9 of the indexer's process -> a new note
-# searchable again; Redis restarted -> nothing lost. Prints one JSON object.
+# searchable again; Redis restarted -> nothing lost; the stack stopped within docker's 10 s, none killed.
+# Prints one JSON object.
 #   bash bench/compose.sh     KEEP=1 leaves the stack and image; COMPOSE_HERE_HOME picks setup.sh's folder
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -117,11 +118,21 @@ for word in zebrafinch4471 quokka5530 narwhal6642 ibis7753; do
 done
 until_ok 120 "every service healthy after the Redis restart" all_healthy
 
+say "stop the stack (SIGTERM, SIGKILL after 10 s)"
+t=$(ms); "${DC[@]}" stop -t 10 >>"$LOG" 2>&1
+stop_s=$(secs "$t" "$(ms)")
+killed=()  # the services whose containers did not stop within the 10 s and were killed (exit code 137)
+for id in $(containers -a); do
+  [ "$(docker inspect -f '{{.State.ExitCode}}' "$id")" != 137 ] \
+    || killed+=("\"$(docker inspect -f '{{index .Config.Labels "com.docker.compose.service"}}' "$id")\"")
+done
+
 cat <<EOF
 {"buildSeconds": $build_s, "services": $services, "allHealthySeconds": $healthy_s, "workspaceOwnerUid": $owner,
  "firstNoteSearchableSeconds": $first_note_s,
  "embeddersTakingJobs": $embedders, "scaleFilesWritten": $scale_files, "scaleSeconds": $scale_s,
  "kill9IndexerNoteSearchableSeconds": $kill_s, "kill9IndexerHealthySeconds": $indexer_healthy_s,
  "indexerRestarts": $restarts,
- "redisRestartNotesSearchableSeconds": $redis_s, "notesLost": $lost}
+ "redisRestartNotesSearchableSeconds": $redis_s, "notesLost": $lost,
+ "stopSeconds": $stop_s, "killedAtStop": [$(IFS=,; echo "${killed[*]}")]}
 EOF

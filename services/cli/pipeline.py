@@ -91,10 +91,18 @@ def service_redis(settings: Settings, who: str) -> redis.Redis:
     return conn
 
 
-def cmd_redis(args: argparse.Namespace, settings: Settings) -> int:
+def stop_on_signals() -> threading.Event:
+    """An event SIGTERM or SIGINT sets: the service asked to stop (``memoryd up``, a service
+    manager, ``docker stop``, Ctrl-C) ends its loop and cleans up. Without a handler a container's
+    pid 1 ignores SIGTERM (docker kills it 10 s later), and elsewhere the process dies at once."""
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    return stop
+
+
+def cmd_redis(args: argparse.Namespace, settings: Settings) -> int:
+    stop = stop_on_signals()
     (url, why, step), private = redis_server.ensure_redis(settings, "memoryd redis")
     if private is None:
         if step == "local":  # a configured one the services find where this process did
@@ -163,8 +171,9 @@ def cmd_watcher(args: argparse.Namespace, settings: Settings) -> int:
     from memoryd.services.pipeline import watcher
 
     _log_jobs()
+    stop = stop_on_signals()  # a stopped watcher releases its leases: another node takes its agents at once
     conn = service_redis(settings, "watcher")
-    watcher.run(settings, busmod.Bus(conn, settings))
+    watcher.run(settings, busmod.Bus(conn, settings), stop)
     return 0
 
 

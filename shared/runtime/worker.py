@@ -348,6 +348,11 @@ def fit_read_timeout(conn: redis.Redis) -> None:
         pool.reset()
 
 
+def _stop_on_signals(stopping: threading.Event) -> None:
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+
+
 def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool = False) -> None:
     """Work ``stage``'s queues, the edit lane first, until stopped (or until they are empty, with ``burst``).
 
@@ -356,6 +361,8 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
     or RQ's bookkeeping hits it and the loop ends, the worker waits for Redis with backoff,
     requeues the job it held, and works on under the same name.
     """
+    stopping = threading.Event()
+    _stop_on_signals(stopping)  # until RQ's handlers are in place: a stop asked while starting is kept
     fit_read_timeout(conn)
     one_blas_thread()
     queues = set_context(settings, conn).bus.lanes(stage)
@@ -376,7 +383,6 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
                        immediately=True)]
     for duty in duties if not burst else duties[:1]:  # a burst worker beats too: its jobs are not orphans
         duty.start()
-    stopping = threading.Event()
     worker: StageWorker | None = None
     try:
         while True:
@@ -396,8 +402,7 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
                 log.warning("worker %s lost Redis: %s", name, redact(str(exc)))
             if burst or (worker is not None and worker.stop_requested):
                 return
-            for signum in (signal.SIGTERM, signal.SIGINT):  # RQ's handlers end with its loop
-                signal.signal(signum, lambda *_: stopping.set())
+            _stop_on_signals(stopping)  # RQ's handlers end with its loop
             if stopping.wait(d.REDIS_BACKOFF_SECONDS) or not wait_for_redis(conn, stopping, who=name):
                 return
     finally:
