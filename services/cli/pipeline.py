@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
 import sys
-import threading
 import time
 
 import redis
@@ -21,7 +19,7 @@ from memoryd.shared.exceptions import MemorydError
 from memoryd.shared.redact import redact
 from memoryd.shared.runtime import bus as busmod
 from memoryd.shared.runtime import redis_server
-from memoryd.shared.runtime.worker import run_worker, set_context
+from memoryd.shared.runtime.worker import run_worker, set_context, stop_on_signals
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -89,16 +87,6 @@ def service_redis(settings: Settings, who: str) -> redis.Redis:
     conn = redis_server.connect(url)
     print(f"memoryd {who}: Redis {redact(url)} ({why})", file=sys.stderr, flush=True)
     return conn
-
-
-def stop_on_signals() -> threading.Event:
-    """An event SIGTERM or SIGINT sets: the service asked to stop (``memoryd up``, a service
-    manager, ``docker stop``, Ctrl-C) ends its loop and cleans up. Without a handler a container's
-    pid 1 ignores SIGTERM (docker kills it 10 s later), and elsewhere the process dies at once."""
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    return stop
 
 
 def cmd_redis(args: argparse.Namespace, settings: Settings) -> int:

@@ -303,8 +303,8 @@ class StageWorker(SimpleWorker):
     stop_requested = False
     #: Told when each job starts and ends, so that an idle worker gives memory back (settle.py).
     settler: Settler | None = None
-    #: Set by the process's own handlers before RQ's are in place (a worker made anew after Redis
-    #: came back): a stop asked for then is not lost when RQ installs its handlers.
+    #: Set by run_worker's own handlers, in place until RQ's are (while the process starts, or makes
+    #: a worker anew after Redis came back): a stop asked for then is not lost when RQ installs its own.
     asked_to_stop: threading.Event | None = None
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
@@ -348,9 +348,15 @@ def fit_read_timeout(conn: redis.Redis) -> None:
         pool.reset()
 
 
-def _stop_on_signals(stopping: threading.Event) -> None:
+def stop_on_signals(stopping: threading.Event | None = None) -> threading.Event:
+    """``stopping`` (or a new event), set by SIGTERM or SIGINT from now on: the service asked to stop
+    (``memoryd up``, a service manager, ``docker stop``, Ctrl-C) ends its loop and cleans up. Without
+    a handler a container's pid 1 ignores SIGTERM (docker kills it 10 s later), and elsewhere the
+    process dies at once."""
+    stopping = stopping or threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
+    return stopping
 
 
 def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool = False) -> None:
@@ -361,8 +367,7 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
     or RQ's bookkeeping hits it and the loop ends, the worker waits for Redis with backoff,
     requeues the job it held, and works on under the same name.
     """
-    stopping = threading.Event()
-    _stop_on_signals(stopping)  # until RQ's handlers are in place: a stop asked while starting is kept
+    stopping = stop_on_signals()  # until RQ's handlers are in place: a stop asked while starting is kept
     fit_read_timeout(conn)
     one_blas_thread()
     queues = set_context(settings, conn).bus.lanes(stage)
@@ -402,7 +407,7 @@ def run_worker(stage: str, settings: Settings, conn: redis.Redis, *, burst: bool
                 log.warning("worker %s lost Redis: %s", name, redact(str(exc)))
             if burst or (worker is not None and worker.stop_requested):
                 return
-            _stop_on_signals(stopping)  # RQ's handlers end with its loop
+            stop_on_signals(stopping)  # RQ's handlers end with its loop
             if stopping.wait(d.REDIS_BACKOFF_SECONDS) or not wait_for_redis(conn, stopping, who=name):
                 return
     finally:
