@@ -9,7 +9,6 @@ One ``up`` per state dir: a second is refused. Ctrl-C (or SIGTERM) stops everyth
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from memoryd.shared.config.settings import Settings
 from memoryd.shared.exceptions import MemorydError
 from memoryd.shared.redact import redact
 from memoryd.shared.runtime import redis_server
+from memoryd.shared.runtime.worker import stop_on_signals
 
 
 def services(http: bool, host: str | None = None, port: int | None = None) -> dict[str, list[str]]:
@@ -97,17 +97,10 @@ def supervise(settings: Settings, *, http: bool = True, host: str | None = None,
               flush=True)
     base = [sys.executable, "-m", "memoryd.services.cli"]
     children = [Child(name, base + argv) for name, argv in table.items()]
-    stopping = False
     ready_at: float | None = time.monotonic() + d.UP_READY_SECONDS
-
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = stop_on_signals()
     try:
-        while not stopping:
+        while not stopping.is_set():
             now = time.monotonic()
             for child in children:
                 if child.process is None and now >= child.restart_at:
@@ -128,7 +121,7 @@ def supervise(settings: Settings, *, http: bool = True, host: str | None = None,
                 ready_at = None
                 print(f"memoryd: the HTTP service is not listening at {api} after {d.UP_READY_SECONDS:.0f}s; "
                       "see its messages above", flush=True)
-            time.sleep(0.2)
+            stopping.wait(0.2)
     finally:
         forget_up(settings.state_dir)
         redis_server.forget_note(settings.state_dir)
