@@ -98,6 +98,14 @@ def _machine_busy_seconds() -> float:
     return (sum(fields[:3]) + sum(fields[5:8])) / os.sysconf("SC_CLK_TCK")
 
 
+def _ask(conn: http.client.HTTPConnection, question: str) -> tuple[int, dict]:
+    """One memory_search of agent main on ``conn``: → (the HTTP status, the answer)."""
+    conn.request("POST", "/v1/agents/main/memory_search", json.dumps({"query": question}),
+                 {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    return response.status, json.loads(response.read())
+
+
 def _client(url: str, asks: list[str], deadline: float, times: list[float], degraded: list[str]) -> None:
     """One client's loop: ``asks`` one after another on one connection, until the deadline; the
     reason of every answer that is not hybrid goes to ``degraded`` (counted, not hidden)."""
@@ -107,13 +115,10 @@ def _client(url: str, asks: list[str], deadline: float, times: list[float], degr
         for question in asks:
             if time.monotonic() > deadline:
                 return
-            body = json.dumps({"query": question})
             started = time.perf_counter()
-            conn.request("POST", "/v1/agents/main/memory_search", body, {"Content-Type": "application/json"})
-            response = conn.getresponse()
-            answer = json.loads(response.read())
+            status, answer = _ask(conn, question)
             times.append(time.perf_counter() - started)
-            assert response.status == 200, answer
+            assert status == 200, answer
             if answer["mode"] != "hybrid":
                 degraded.append(answer.get("reason") or answer["mode"])
     finally:
@@ -190,9 +195,7 @@ def _warm(url: str, pid: int, questions: Callable[[int, int], list[str]]) -> Non
             who = json.loads(conn.getresponse().read())["pid"]
             if answered.get(who, 0) < WARMUP:
                 for question in questions(900 + attempt, WARMUP):
-                    conn.request("POST", "/v1/agents/main/memory_search", json.dumps({"query": question}),
-                                 {"Content-Type": "application/json"})
-                    conn.getresponse().read()
+                    _ask(conn, question)
                 answered[who] = answered.get(who, 0) + WARMUP
         finally:
             conn.close()
