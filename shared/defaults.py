@@ -286,6 +286,11 @@ LEASE_RENEW_SECONDS = 2.0
 #: How long a node's query address (``memoryd:<ns>:node:<node>``) lives unrefreshed; refreshed
 #: every LEASE_RENEW_SECONDS by its ``memoryd serve``, so the others forward its agents' searches.
 NODE_ADDRESS_TTL_SECONDS = 10.0
+#: A query process asks Redis who owns an agent at most this often per agent (services/query/placement.py):
+#: a lease changes hands in LEASE_TTL_SECONDS plus a renewal, so this adds at most a half second to it.
+PLACEMENT_CACHE_SECONDS = 0.5
+#: Agents whose owner a query process keeps at once; past it, it starts over (agents removed meanwhile).
+PLACEMENT_CACHE_AGENTS = 4096
 #: A worker idle this long after a job collects garbage and returns freed heap to the system
 #: (shared/runtime/settle.py), once per idle stretch; checked every SETTLE_CHECK_SECONDS.
 SETTLE_IDLE_SECONDS = 10.0
@@ -342,6 +347,10 @@ SERVE_RESTART_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 15.0, 30.0)
 SERVE_STABLE_S = 30.0
 #: How long a helper has to stop after SIGTERM before it is killed.
 SERVE_STOP_TIMEOUT_S = 10.0
+#: A query process keeps to its own share of the cores while another answers a request, and for
+#: this long after one last did (services/cli/servecores.py): two callers that alternate keep it
+#: there rather than moving it every request; one alone gets every core back within a second.
+SERVE_CORES_HOLD_S = 1.0
 #: Where memoryd keeps what it derives (indexes, logs, tokens): in the home folder, outside every workspace.
 STATE_DIR = "~/.memoryd"
 

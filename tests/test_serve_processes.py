@@ -1,7 +1,8 @@
 """``memoryd serve`` on several query processes (services/cli/serveprocs.py), run for real: each
 answers, connections end evenly spread, a killed one is replaced while the others answer, stopping
 the server stops them all, and one whose first process dies stops by itself; no other server can
-take a share of the port."""
+take a share of the port; while several answer at once each keeps to cores of its own, and one
+answering alone gets them all back (services/cli/servecores.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ import pytest
 from retrieval_set import build
 from support import wait_until
 
-from memoryd.services.cli import locate, serveprocs
+from memoryd.services.cli import locate, servecores, serveprocs
 from memoryd.shared.config.settings import Settings
 
 #: Deadlines (seconds): a liveness bound each, never a timing claim.
@@ -218,3 +220,94 @@ def test_auto_is_one_process_per_core_up_to_the_cap(monkeypatch: pytest.MonkeyPa
     assert serveprocs.count("auto") == 2 and serveprocs.count(1) == 1
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     assert serveprocs.count("auto") == serveprocs.d.SERVE_MAX_PROCESSES
+
+
+def _threads_cores(pid: int) -> set[frozenset[int]]:
+    """The distinct sets of cores the threads of process ``pid`` may run on."""
+    found = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found.add(frozenset(os.sched_getaffinity(int(task.name))))
+        except ProcessLookupError:  # the thread ended meanwhile
+            continue
+    return found
+
+
+def test_a_process_keeps_to_its_own_cores_only_while_another_answers() -> None:
+    """Every thread of the process moves (one started later too) while another process answers or
+    did within the hold, and back onto every core once none has: the real ``sched_setaffinity``."""
+    cpus = servecores.machine_cpus()
+    load = serveprocs.Load(2)
+    cores = servecores.Cores(load, 1, cpus, hold=0.5)
+    own = frozenset(sorted(cpus)[1::2] or sorted(cpus)[:1])
+    stop = threading.Event()
+    early = threading.Thread(target=stop.wait)
+    early.start()
+    try:
+        cores.follow()
+        assert _threads_cores(os.getpid()) == {cpus}  # nobody else answers: every core
+        load.answering[0] = 1
+        cores.follow()
+        later = threading.Thread(target=stop.wait)
+        later.start()
+        assert _threads_cores(os.getpid()) == {own}
+        assert len(cpus) < 2 or own != cpus
+        load.answering[0] = 0
+        cores.follow()
+        assert _threads_cores(os.getpid()) == {own}  # within the hold: stays
+        time.sleep(0.6)
+        cores.follow()
+        assert _threads_cores(os.getpid()) == {cpus}
+        load.answering[0] = 2
+        load.gone(0)  # a process found dead answers nothing
+        cores.follow()
+        assert _threads_cores(os.getpid()) == {cpus}
+    finally:
+        servecores.place(cpus)
+        stop.set()
+
+
+def test_query_processes_answering_together_each_keep_to_their_own_cores(served: Served) -> None:
+    """Eight clients searching at once: both processes, every thread, on cores of their own (on
+    two cores: one each); after, one client alone: the process answering it on every core again."""
+    helper = wait_until(served.helpers, timeout=START_S, what="the helper process")[0]
+    served.pids_seen({helper, served.process.pid})
+    cpus = servecores.machine_cpus()
+    shares = {frozenset(sorted(cpus)[slot::2] or sorted(cpus)[:1]) for slot in range(2)}
+    busy = threading.Event()
+    failures: list[BaseException] = []
+
+    def client() -> None:
+        conn = http.client.HTTPConnection(served.host, served.port, timeout=60)
+        try:
+            while not busy.is_set():
+                served.ask("/v1/agents/main/memory_search", {"query": "E-404 ferry"}, conn=conn)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            failures.append(exc)
+        finally:
+            conn.close()
+
+    clients = [threading.Thread(target=client) for _ in range(8)]
+    for thread in clients:
+        thread.start()
+    try:
+        placed = wait_until(lambda: [_threads_cores(p) for p in (served.process.pid, helper)]
+                            if all(len(_threads_cores(p)) == 1 for p in (served.process.pid, helper))
+                            and {frozenset().union(*_threads_cores(p)) for p in (served.process.pid, helper)} == shares
+                            else None, timeout=60, interval=0.1,
+                            what=f"both query processes, each on a share of the cores {sorted(cpus)}")
+    finally:
+        busy.set()
+        for thread in clients:
+            thread.join(timeout=60)
+    assert not failures, failures
+    assert len(cpus) < 2 or all(share != {cpus} for share in placed)
+    conn = http.client.HTTPConnection(served.host, served.port, timeout=60)
+    try:
+        alone = served.ask(conn=conn)["pid"]
+        time.sleep(servecores.d.SERVE_CORES_HOLD_S + 0.2)
+        served.ask("/v1/agents/main/memory_search", {"query": "E-404 ferry"}, conn=conn)
+        assert served.ask(conn=conn)["pid"] == alone  # the same keep-alive connection
+        assert _threads_cores(alone) == {cpus}
+    finally:
+        conn.close()

@@ -166,7 +166,7 @@ def serve(app: Any, host: str, port: int, settings: Settings, *, announce: bool 
     import signal
     import socket
 
-    from memoryd.services.cli import serveprocs
+    from memoryd.services.cli import servecores, serveprocs
 
     # uvicorn stops on SIGTERM, then raises the signal again once it has: by default that would
     # end the process before the finally blocks below ran (the address file withdrawn, the helpers stopped).
@@ -193,14 +193,15 @@ def serve(app: Any, host: str, port: int, settings: Settings, *, announce: bool 
     if listening is not None:
         listening(url)
     load = serveprocs.Load(processes) if processes > 1 else None
-    helpers = serveprocs.Helpers(sock, processes, load) if load is not None else None
+    cpus = servecores.machine_cpus()
+    helpers = serveprocs.Helpers(sock, processes, load, cpus) if load is not None else None
     try:
         if helpers is not None:
             helpers.start()
         docs = f" (docs at {url}/docs)" if what == "HTTP API" else ""
         also = f" on {processes} processes" if helpers is not None else ""
         print(f"memoryd: {what} at {url}{path}{docs}{also}; ready", flush=True)
-        serveprocs.run(app, sock, load)
+        serveprocs.run(app, sock, load, cpus=cpus)
     finally:
         if helpers is not None:
             helpers.stop()

@@ -45,14 +45,16 @@ import threading
 import time
 from typing import Any
 
+from memoryd.services.cli.servecores import Cores
 from memoryd.shared import defaults as d
 from memoryd.shared.config import environment
 
 log = logging.getLogger("memoryd.serve")
 
 #: A helper's environment: the address to listen on (JSON [host, port]), the first process's pid,
-#: the shared page's descriptor (:class:`Load`) and the helper's slot in it.
-ADDRESS_ENV, PARENT_ENV, LOAD_ENV, SLOT_ENV = environment.SERVE_HELPER
+#: the shared page's descriptor (:class:`Load`), the helper's slot in it and the cores to share
+#: (the first process's when it started: a helper started while it ran on its own cores inherits those).
+ADDRESS_ENV, PARENT_ENV, LOAD_ENV, SLOT_ENV, CPUS_ENV = environment.SERVE_HELPER
 _PR_SET_PDEATHSIG = 1
 
 
@@ -67,21 +69,22 @@ def count(configured: int | str) -> int:
 
 
 class Load:
-    """How many connections each query process holds: one int32 slot per process in a shared page
-    (a memfd the helpers inherit), ``ABSENT`` while it does not listen (starting, or dead and not
-    replaced yet). Written by its own process (and by the first when it finds it dead); read by
-    all, unlocked (a count a moment old only delays the balancing by one response)."""
+    """How many connections each query process holds and how many requests it is answering: two
+    int32 per process in a shared page (a memfd the helpers inherit), connections first. A process
+    not listening (starting, or dead and not replaced yet) holds ``ABSENT`` connections. Written by
+    its own process (and by the first when it finds it dead); read by all, unlocked (a count a
+    moment old only delays the balancing by one response, the choice of cores by one request)."""
 
     ABSENT = -1
 
     def __init__(self, processes: int) -> None:
         self.fd = os.memfd_create("memoryd-serve-load", 0)
-        os.ftruncate(self.fd, 4 * processes)
+        os.ftruncate(self.fd, 2 * 4 * processes)
         self._map()
 
     @classmethod
     def inherit(cls, fd: int) -> Load:
-        """The page a helper was handed (its descriptor), every process's slot in it."""
+        """The page a helper was handed (its descriptor), every process's slots in it."""
         load = cls.__new__(cls)
         load.fd = fd
         load._map()
@@ -89,26 +92,40 @@ class Load:
 
     def _map(self) -> None:
         self.page = mmap.mmap(self.fd, os.fstat(self.fd).st_size)
-        self.counts = memoryview(self.page).cast("i")
+        both = memoryview(self.page).cast("i")
+        self.counts = both[:len(both) // 2]
+        self.answering = both[len(both) // 2:]
 
     def set(self, slot: int, connections: int) -> None:
         self.counts[slot] = connections
+
+    def gone(self, slot: int) -> None:
+        """Process ``slot`` does not listen (starting, or dead): no connections, no requests."""
+        self.counts[slot] = self.ABSENT
+        self.answering[slot] = 0
 
     def busier_than_the_rest(self, slot: int) -> bool:
         """Whether process ``slot`` holds more than one connection over the least loaded one listening."""
         listening = [c for c in self.counts.tolist() if c != self.ABSENT]
         return bool(listening) and self.counts[slot] > min(listening) + 1
 
+    def others_answering(self, slot: int) -> bool:
+        """Whether a process other than ``slot`` is answering a request now."""
+        return any(n > 0 for other, n in enumerate(self.answering.tolist()) if other != slot)
+
 
 class Balance:
-    """ASGI middleware: keeps this process's connection count in :class:`Load` and closes a
-    connection after its response while this process holds more than its share."""
+    """ASGI middleware: keeps this process's connections and requests in :class:`Load`, closes a
+    connection after its response while this process holds more than its share, and moves the
+    process onto its own cores while the others answer too (:class:`~memoryd.services.cli.servecores.Cores`)."""
 
-    def __init__(self, app: Any, load: Load, slot: int) -> None:
+    def __init__(self, app: Any, load: Load, slot: int, cores: Cores) -> None:
         self.app = app
         self.load = load
         self.slot = slot
+        self.cores = cores
         self.connections: set[Any] = set()  # uvicorn's live connections of this process (set by :func:`run`)
+        self.answering = 0  # requests of this process under way (its event loop's thread alone counts them)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -122,15 +139,23 @@ class Balance:
                     self.load.set(self.slot, len(self.connections) - 1)
             await send(message)
 
-        await self.app(scope, receive, answer)
+        self.answering += 1
+        self.load.answering[self.slot] = self.answering
+        self.cores.follow()
+        try:
+            await self.app(scope, receive, answer)
+        finally:
+            self.answering -= 1
+            self.load.answering[self.slot] = self.answering
 
 
-def run(app: Any, sock: socket.socket, load: Load | None = None, slot: int = 0) -> None:
+def run(app: Any, sock: socket.socket, load: Load | None = None, slot: int = 0,
+        cpus: frozenset[int] = frozenset()) -> None:
     """uvicorn on the listening ``sock`` until SIGTERM or SIGINT; with ``load``, as process ``slot``
-    of several (:class:`Balance`)."""
+    of several (:class:`Balance`), sharing ``cpus`` (the first process's cores when it started)."""
     import uvicorn
 
-    balance = Balance(app, load, slot) if load is not None else None
+    balance = Balance(app, load, slot, Cores(load, slot, cpus)) if load is not None else None
     server = uvicorn.Server(uvicorn.Config(balance or app, log_level="warning"))
     if balance is not None:
         balance.connections = server.server_state.connections
@@ -138,9 +163,10 @@ def run(app: Any, sock: socket.socket, load: Load | None = None, slot: int = 0) 
     server.run(sockets=[sock])
 
 
-def inherited() -> tuple[socket.socket, Load, int] | None:
-    """In a helper: the listening socket of the first process, the shared :class:`Load` and this
-    helper's slot in it (and the helper bound to the first process's life); else None."""
+def inherited() -> tuple[socket.socket, Load, int, frozenset[int]] | None:
+    """In a helper: the listening socket of the first process, the shared :class:`Load`, this
+    helper's slot in it and the cores the first process had to share (and the helper bound to the
+    first process's life); else None."""
     told = environment.serve_helper()
     if told is None:
         return None
@@ -152,7 +178,8 @@ def inherited() -> tuple[socket.socket, Load, int] | None:
     if str(os.getppid()) != told[PARENT_ENV]:
         raise SystemExit(0)  # the first process died before the signal was asked for
     host, port = json.loads(told[ADDRESS_ENV])
-    return join(host, port), Load.inherit(int(told[LOAD_ENV])), int(told[SLOT_ENV])
+    cpus = frozenset(int(cpu) for cpu in told[CPUS_ENV].split(","))
+    return join(host, port), Load.inherit(int(told[LOAD_ENV])), int(told[SLOT_ENV]), cpus
 
 
 def listen(host: str, port: int, shared: bool = False) -> socket.socket:
@@ -197,10 +224,11 @@ def _bound(host: str, port: int, reuse_port: bool) -> socket.socket:
 class Helpers:
     """The other query processes of one ``memoryd serve``, kept running until :meth:`stop`."""
 
-    def __init__(self, sock: socket.socket, count: int, load: Load) -> None:
+    def __init__(self, sock: socket.socket, count: int, load: Load, cpus: frozenset[int]) -> None:
         self.sock = sock
         self.count = count
         self.load = load
+        self.cpus = cpus
         self.argv = [sys.executable, "-m", "memoryd.services.cli", *sys.argv[1:]]  # this serve's own arguments
         self.running: list[subprocess.Popen[bytes]] = []
         self._stopping = threading.Event()
@@ -213,10 +241,11 @@ class Helpers:
         self._watch.start()
 
     def _spawn(self, slot: int) -> subprocess.Popen[bytes]:
-        self.load.set(slot, Load.ABSENT)  # until it listens
+        self.load.gone(slot)  # until it listens
         host, port = self.sock.getsockname()[:2]
         env = environment.for_children(**{ADDRESS_ENV: json.dumps([host, port]), PARENT_ENV: str(os.getpid()),
-                                          LOAD_ENV: str(self.load.fd), SLOT_ENV: str(slot)})
+                                          LOAD_ENV: str(self.load.fd), SLOT_ENV: str(slot),
+                                          CPUS_ENV: ",".join(map(str, sorted(self.cpus)))})
         return subprocess.Popen(self.argv, env=env, pass_fds=(self.load.fd,),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
@@ -229,7 +258,7 @@ class Helpers:
                 dead = [p for p in self.running if p.poll() is not None]
             for process in dead:
                 slot = self.running.index(process) + 1
-                self.load.set(slot, Load.ABSENT)
+                self.load.gone(slot)
                 lived = time.monotonic() - started.pop(id(process), 0.0)
                 young = young + 1 if lived < d.SERVE_STABLE_S else 0
                 delay = d.SERVE_RESTART_DELAYS_S[min(young, len(d.SERVE_RESTART_DELAYS_S) - 1)]

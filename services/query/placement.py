@@ -8,11 +8,17 @@ no address the answer is 503 ``agent_elsewhere`` naming it. An agent no live nod
 answered from this node's copy of its index, and the answer says why it may be stale
 (``unavailable``): never stale in silence. While Redis cannot be reached (``memoryd serve``
 also runs without one) every agent is answered here, and the log says so once.
+
+Who owns an agent, and where it answers, is asked of Redis at most once per
+``d.PLACEMENT_CACHE_SECONDS`` per agent: a round trip per search cost 0.3 ms alone and 1.8 ms
+on average at 8 clients (6.4 in the slowest 5 %: the reply waited for its process's GIL), and
+an owner changes only when a lease expires (``LEASE_TTL_SECONDS``) or is given back.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +28,7 @@ import redis
 from memoryd.shared import defaults as d
 from memoryd.shared.exceptions import NotOwner
 from memoryd.shared.redact import redact
-from memoryd.shared.runtime.lease import Leases
+from memoryd.shared.runtime.lease import Leases, Owner
 from memoryd.shared.runtime.worker import Periodic
 
 log = logging.getLogger("memoryd.placement")
@@ -50,11 +56,12 @@ class Placement:
         self.client = httpx.Client(timeout=FORWARD_TIMEOUT_SECONDS)
         self._publisher: Periodic | None = None
         self._unreachable = False  # said once per outage
+        #: Per agent: when Redis was asked, its owner and the owner's address (another node's).
+        self._known: dict[str, tuple[float, Owner | None, str | None]] = {}
 
     def route(self, agent: str, forwarded: bool) -> Route:
         try:
-            owner = self.leases.owner(agent)
-            address = self.leases.address(owner.node) if owner is not None and owner.node != self.node else None
+            owner, address = self._owner(agent)
         except redis.RedisError as exc:  # no pipeline to ask (``memoryd serve`` runs without Redis too): answer here
             if not self._unreachable:
                 log.warning("cannot reach Redis to learn who owns the agents (%s): answering from this node's "
@@ -71,6 +78,19 @@ class Placement:
         if address is None:
             raise NotOwner(agent, owner.node)
         return Route(address=address)
+
+    def _owner(self, agent: str) -> tuple[Owner | None, str | None]:
+        """``agent``'s owner and its address, as Redis said within ``d.PLACEMENT_CACHE_SECONDS``."""
+        now = time.monotonic()
+        known = self._known.get(agent)
+        if known is not None and now - known[0] < d.PLACEMENT_CACHE_SECONDS:
+            return known[1], known[2]
+        owner = self.leases.owner(agent)
+        address = self.leases.address(owner.node) if owner is not None and owner.node != self.node else None
+        if len(self._known) >= d.PLACEMENT_CACHE_AGENTS:
+            self._known.clear()  # agents removed from the registry leave their entries behind
+        self._known[agent] = (now, owner, address)
+        return owner, address
 
     def forward(self, address: str, path: str, body: dict[str, Any], authorization: str | None) -> httpx.Response:
         headers = {FORWARDED: self.node, **({"authorization": authorization} if authorization else {})}

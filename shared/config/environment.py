@@ -87,7 +87,8 @@ def model_cache(environ: Mapping[str, str] | None = None) -> Path:
 #: What the first query process of ``memoryd serve`` tells each helper it starts
 #: (services/cli/serveprocs.py): the address to listen on, its own pid, the descriptor of the
 #: shared page of connection counts and the helper's slot in it.
-SERVE_HELPER = ("MEMORYD_SERVE_ADDRESS", "MEMORYD_SERVE_PARENT", "MEMORYD_SERVE_LOAD", "MEMORYD_SERVE_SLOT")
+SERVE_HELPER = ("MEMORYD_SERVE_ADDRESS", "MEMORYD_SERVE_PARENT", "MEMORYD_SERVE_LOAD", "MEMORYD_SERVE_SLOT",
+                "MEMORYD_SERVE_CPUS")
 
 
 def serve_helper(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
