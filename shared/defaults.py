@@ -286,8 +286,9 @@ LEASE_RENEW_SECONDS = 2.0
 #: How long a node's query address (``memoryd:<ns>:node:<node>``) lives unrefreshed; refreshed
 #: every LEASE_RENEW_SECONDS by its ``memoryd serve``, so the others forward its agents' searches.
 NODE_ADDRESS_TTL_SECONDS = 10.0
-#: A query process asks Redis who owns an agent at most this often per agent (services/query/placement.py):
-#: a lease changes hands in LEASE_TTL_SECONDS plus a renewal, so this adds at most a half second to it.
+#: How often a query process's thread asks Redis again who owns the agents it was asked about
+#: (services/query/placement.py; searches read what it heard last): a lease changes hands in
+#: LEASE_TTL_SECONDS plus a renewal, so this adds at most a half second to it.
 PLACEMENT_CACHE_SECONDS = 0.5
 #: Agents whose owner a query process keeps at once; past it, it starts over (agents removed meanwhile).
 PLACEMENT_CACHE_AGENTS = 4096

@@ -1,9 +1,11 @@
-"""Who answers for an agent (services/query/placement.py), on a real Redis: a query process asks
-Redis at most once per ``PLACEMENT_CACHE_SECONDS`` per agent, and follows a lease that changed
-hands once that has passed."""
+"""Who answers for an agent (services/query/placement.py), on a real Redis: Redis is asked by an
+agent's first search, then by the query process's own thread every ``PLACEMENT_CACHE_SECONDS``,
+never by the searches after; a new owner is followed once the thread has asked; a Redis that
+hangs or is gone holds no search."""
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -11,11 +13,11 @@ import redis
 from support import wait_until
 
 from memoryd.services.query import placement as placement_module
-from memoryd.services.query.placement import Placement
+from memoryd.services.query.placement import Placement, Route
 from memoryd.shared.runtime.lease import Leases
 
 
-def test_the_owner_is_asked_once_per_period_and_a_new_owner_followed_after_it(
+def test_the_owner_is_asked_by_a_thread_and_a_new_owner_followed_after_it(
         redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(placement_module.d, "PLACEMENT_CACHE_SECONDS", 1.0)
     conn = redis.Redis.from_url(redis_url)
@@ -29,7 +31,7 @@ def test_the_owner_is_asked_once_per_period_and_a_new_owner_followed_after_it(
         assert here.route("a", forwarded=False).address == "http://127.0.0.1:9002"
         n2.release("a")
         n3.hold("a")
-        # within the period the answer is the one Redis gave: it was not asked again
+        # until the thread asks again, searches go by what Redis said: they do not ask it themselves
         assert here.route("a", forwarded=False).address == "http://127.0.0.1:9002"
         assert time.monotonic() - asked < 1.0
         route = wait_until(lambda: (r := here.route("a", forwarded=False)).address == "http://127.0.0.1:9003" and r,
@@ -40,3 +42,48 @@ def test_the_owner_is_asked_once_per_period_and_a_new_owner_followed_after_it(
                    what="no owner: answered here, and said why")
     finally:
         here.close()
+
+
+def test_a_redis_that_hangs_holds_no_search_and_is_followed_again_after(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(placement_module.d, "PLACEMENT_CACHE_SECONDS", 0.2)
+    conn = redis.Redis.from_url(redis_url)
+    n2 = Leases(conn, "ns", "n2")
+    n2.hold("a")
+    n2.publish_address("http://127.0.0.1:9002")
+    here = placement_module.connect(redis_url, "ns", "n1")
+    admin = redis.Redis.from_url(redis_url)
+    try:
+        assert here.route("a", forwarded=False).address == "http://127.0.0.1:9002"
+        admin.execute_command("CLIENT", "PAUSE", 4000, "ALL")  # every client's command waits 4 s
+        paused = time.monotonic()
+        routes = [here.route("a", forwarded=False) for _ in range(50)]
+        assert time.monotonic() - paused < 4.0  # answered while Redis held every command
+        assert {r.address for r in routes} == {"http://127.0.0.1:9002"}
+        # the thread timed out meanwhile (REDIS_TIMEOUT_SECONDS): searches are answered here until Redis is back
+        wait_until(lambda: here.route("a", forwarded=False).address is None, timeout=10,
+                   what="searches answered here once the thread found Redis gone")
+        admin.execute_command("CLIENT", "UNPAUSE")
+        wait_until(lambda: here.route("a", forwarded=False).address == "http://127.0.0.1:9002", timeout=10,
+                   what="routing to the owner again once Redis answers")
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        here.close()
+
+
+def test_once_redis_is_found_gone_searches_are_answered_here_without_waiting_for_it() -> None:
+    """A "Redis" that takes connections and never answers (a socket nobody reads): the first search
+    waits out the 1 s timeout; the ones after do not try it again (the thread does)."""
+    hung = socket.create_server(("127.0.0.1", 0), backlog=64)
+    port = hung.getsockname()[1]
+    here = placement_module.connect(f"redis://127.0.0.1:{port}/0", "ns", "n1", timeout=1)
+    try:
+        first = time.monotonic()
+        assert here.route("a", forwarded=False) == Route()
+        assert time.monotonic() - first >= 1.0  # it did wait for the hung one
+        after = time.monotonic()
+        assert [here.route(agent, forwarded=False) for agent in ("a", "b", "c") * 10] == [Route()] * 30
+        assert time.monotonic() - after < 1.0  # none of the 30 waited out the timeout again
+    finally:
+        here.close()
+        hung.close()

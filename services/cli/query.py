@@ -190,13 +190,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 def _placement(settings: Settings) -> Placement:
     """Who owns each agent, from Redis (no wait for it here: a search while it is away is answered
     locally and says so)."""
-    import redis
-
-    from memoryd.services.query.placement import Placement
+    from memoryd.services.query import placement
     from memoryd.shared.runtime import redis_server
 
-    conn = redis.Redis.from_url(redis_server.redis_url(settings), socket_timeout=2, socket_connect_timeout=2)
-    return Placement(conn, settings.namespace, settings.node)
+    return placement.connect(redis_server.redis_url(settings), settings.namespace, settings.node)
 
 
 def _tokens_required(settings: Settings, host: str, insecure: bool) -> bool:
