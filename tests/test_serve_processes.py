@@ -238,7 +238,7 @@ def test_a_process_keeps_to_its_own_cores_only_while_another_answers() -> None:
     did within the hold, and back onto every core once none has: the real ``sched_setaffinity``."""
     cpus = servecores.machine_cpus()
     load = serveprocs.Load(2)
-    cores = servecores.Cores(load, 1, cpus, hold=0.5)
+    cores = servecores.Cores(1, 2, cpus, lambda: load.others_answering(1), hold=0.5)
     own = frozenset(sorted(cpus)[1::2] or sorted(cpus)[:1])
     stop = threading.Event()
     early = threading.Thread(target=stop.wait)

@@ -24,12 +24,9 @@ import logging
 import math
 import os
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from memoryd.shared import defaults as d
-
-if TYPE_CHECKING:
-    from memoryd.services.cli.serveprocs import Load
 
 log = logging.getLogger("memoryd.serve")
 
@@ -44,15 +41,15 @@ def machine_cpus() -> frozenset[int]:
 
 class Cores:
     """Where query process ``slot`` of ``processes`` runs: on all of ``cpus``, or on its own share
-    of them while the others answer too."""
+    of them while the others answer too (``others_answering``: :meth:`Load.others_answering` of
+    services/cli/serveprocs.py, for this slot)."""
 
-    def __init__(self, load: Load, slot: int, cpus: frozenset[int], hold: float = d.SERVE_CORES_HOLD_S) -> None:
-        self.load = load
-        self.slot = slot
+    def __init__(self, slot: int, processes: int, cpus: frozenset[int], others_answering: Callable[[], bool],
+                 hold: float = d.SERVE_CORES_HOLD_S) -> None:
+        self.others_answering = others_answering
         self.hold = hold
         self.everywhere = cpus
         ordered = sorted(cpus)
-        processes = len(load.counts)
         self.own = frozenset(ordered[slot::processes] or ordered[slot % len(ordered):][:1]) if ordered else cpus
         self.apart = False  # on its own share now
         self.seen = -math.inf  # when another process was last seen answering
@@ -63,7 +60,7 @@ class Cores:
         if self.own == self.everywhere:
             return
         now = time.monotonic()
-        if self.load.others_answering(self.slot):
+        if self.others_answering():
             self.seen = now
         apart = now - self.seen < self.hold
         if apart != self.apart:

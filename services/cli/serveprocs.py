@@ -155,7 +155,10 @@ def run(app: Any, sock: socket.socket, load: Load | None = None, slot: int = 0,
     of several (:class:`Balance`), sharing ``cpus`` (the first process's cores when it started)."""
     import uvicorn
 
-    balance = Balance(app, load, slot, Cores(load, slot, cpus)) if load is not None else None
+    balance = None
+    if load is not None:
+        cores = Cores(slot, len(load.counts), cpus, lambda: load.others_answering(slot))
+        balance = Balance(app, load, slot, cores)
     server = uvicorn.Server(uvicorn.Config(balance or app, log_level="warning"))
     if balance is not None:
         balance.connections = server.server_state.connections
