@@ -48,13 +48,15 @@ def test_turns_are_served_first_come_first_served() -> None:
 
 def test_a_search_coming_back_for_its_second_turn_goes_ahead_of_those_waiting() -> None:
     """A search that gave its turn back to wait for its embedding (engine.search's late path)
-    takes its next turn ``first``: it never waits in line twice."""
+    takes its next turn ``back``: it never waits in line twice."""
     turns = Turns(1, timeout=30)
     order: list[str] = []
     release = threading.Event()
+    with turns.turn() as earlier:  # "back"'s first turn, before the others came
+        pass
 
-    def search(name: str, first: bool = False) -> None:
-        with turns.turn(first=first):
+    def search(name: str, back: int | None = None) -> None:
+        with turns.turn(back=back):
             order.append(name)
             if name == "holder":
                 release.wait(30)
@@ -65,12 +67,41 @@ def test_a_search_coming_back_for_its_second_turn_goes_ahead_of_those_waiting() 
         for queued, name in enumerate(("new-1", "new-2"), start=1):
             done.append(pool.submit(search, name))
             wait_until(lambda queued=queued: len(turns._waiting) == queued, timeout=10, what=f"{name} to queue")
-        done.append(pool.submit(search, "back", True))
+        done.append(pool.submit(search, "back", earlier))
         wait_until(lambda: len(turns._waiting) == 3, timeout=10, what="the returning search to queue")
         release.set()
         for future in done:
             future.result(timeout=30)
     assert order == ["holder", "back", "new-1", "new-2"]
+
+
+def test_searches_coming_back_together_are_served_in_the_order_they_first_came() -> None:
+    """The model embeds the questions waiting in one run, so their searches come back together:
+    they take their second turns in the order of their first (before: the last back went first)."""
+    turns = Turns(1, timeout=30)
+    tickets = []
+    for _ in range(3):
+        with turns.turn() as ticket:
+            tickets.append(ticket)
+    order: list[int] = []
+    release = threading.Event()
+
+    def search(back: int | None) -> None:
+        with turns.turn(back=back):
+            order.append(back if back is not None else -1)
+            if back is None:
+                release.wait(30)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        done = [pool.submit(search, None)]
+        wait_until(lambda: order == [-1], timeout=10, what="a new search to hold the one turn")
+        for queued, back in enumerate(reversed(tickets), start=1):  # back in the reverse order
+            done.append(pool.submit(search, back))
+            wait_until(lambda queued=queued: len(turns._waiting) == queued, timeout=10, what=f"search {back} to queue")
+        release.set()
+        for future in done:
+            future.result(timeout=30)
+    assert order == [-1, *tickets]
 
 
 def test_a_search_that_waits_past_the_deadline_fails_busy_and_says_what_it_waited_for() -> None:

@@ -175,14 +175,14 @@ class QueryService:
         # The query's embedding starts now, before the snapshot, on its provider's own thread.
         embedding = self._embedding(agent, request.query) if mode != "keyword" else Vectors(None, None)
         started = time.monotonic()
-        with self._turns.turn(), agent_index.snapshot() as index:
+        with self._turns.turn() as ticket, agent_index.snapshot() as index:
             found = self._in_snapshot(index, plan, embedding, None)
         if isinstance(found, _Late):
             # Not embedded yet: wait (up to embedTimeoutMs from the start) outside the snapshot, then
             # answer in a new snapshot — with vectors, or from keywords and the reason.
             assert isinstance(embedding, Future)
             embedding = settle(embedding, started + q.embed_timeout_ms / 1000 - time.monotonic(), q.embed_timeout_ms)
-            with self._turns.turn(first=True), agent_index.snapshot() as index:
+            with self._turns.turn(back=ticket), agent_index.snapshot() as index:
                 found = self._in_snapshot(index, plan, embedding, found)
         assert not isinstance(found, _Late)  # a settled embedding is never late
         results, vectors, text_side = found

@@ -10,17 +10,21 @@ requests/s, p99 135 ms (bench/query.py ``concurrency``; docs/query.md).
 A turn covers the work on the index (a search's snapshot: its keyword side, scan, fusion and
 snippets), never the wait for its query's embedding: a slow or hung provider holds no turn, so
 it never holds other agents' searches (services/query/question_embedding.py). A search that
-gave its turn back to wait for its embedding comes back ``first``: ahead of the searches that
-came after it, so it never waits in line twice (8 clients at 100k: a quarter of the searches
-came back, and waited ~35 ms a time at the end of the line: the p99 was theirs). A search waits
+gave its turn back to wait for its embedding comes ``back`` with the ticket of its first turn:
+ahead of every search waiting for a first turn, so it never waits in line twice (8 clients at
+100k: a quarter of the searches came back, and waited ~35 ms a time at the end of the line: the
+p99 was theirs), and behind the searches coming back that came before it: the model embeds the
+questions waiting in one run, so they come back together, and the first come is served first
+(taken as they came back, the last back went first: first come, last served). A search waits
 its turn at most ``timeout`` seconds, then fails with :class:`SearchBusy` (HTTP 503 ``busy``),
 which says how long it waited and how many searches were ahead of it.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import threading
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -38,35 +42,38 @@ class Turns:
         self.timeout = timeout
         self._lock = threading.Lock()
         self._free = slots
-        self._waiting: deque[threading.Event] = deque()
+        self._tickets = itertools.count()
+        #: The searches waiting, in the order they are served: (coming back? 0 : 1, ticket, event).
+        self._waiting: list[tuple[int, int, threading.Event]] = []
 
     @contextmanager
-    def turn(self, first: bool = False) -> Iterator[None]:
-        """Hold one of the slots for the block; wait for it (first come, first served; ``first``:
-        ahead of every search waiting, for one that had a turn already) at most ``timeout``."""
-        self._take(first)
+    def turn(self, back: int | None = None) -> Iterator[int]:
+        """Hold one of the slots for the block (→ this search's ticket); wait for it (first come, first
+        served) at most ``timeout``. ``back``: the ticket of this search's first turn, for its second
+        (ahead of every search waiting for a first turn, behind those coming back that came before it)."""
+        ticket = self._take(back)
         try:
-            yield
+            yield ticket
         finally:
             self._give()
 
-    def _take(self, first: bool) -> None:
+    def _take(self, back: int | None) -> int:
         with self._lock:
+            ticket = next(self._tickets) if back is None else back
             if self._free and not self._waiting:
                 self._free -= 1
-                return
+                return ticket
             mine = threading.Event()
-            if first:
-                self._waiting.appendleft(mine)
-            else:
-                self._waiting.append(mine)
-            ahead = (0 if first else len(self._waiting) - 1) + self.slots
+            place = (int(back is None), ticket, mine)
+            ahead = bisect.bisect(self._waiting, place[:2], key=lambda waiting: waiting[:2])
+            self._waiting.insert(ahead, place)
+            ahead += self.slots
         if mine.wait(self.timeout):
-            return
+            return ticket
         with self._lock:
             if mine.is_set():  # handed a slot between the timeout and the lock
-                return
-            self._waiting.remove(mine)
+                return ticket
+            self._waiting.remove(place)
         raise SearchBusy(f"the search waited {self.timeout:g} s for its turn on the index behind {ahead} other "
                          f"searches ({self.slots} run at once, one per core) and gave up: the query service is "
                          "overloaded; try again, or spread the agents over more nodes")
@@ -74,6 +81,6 @@ class Turns:
     def _give(self) -> None:
         with self._lock:
             if self._waiting:
-                self._waiting.popleft().set()  # the slot goes straight to the first in line
+                self._waiting.pop(0)[2].set()  # the slot goes straight to the first in line
             else:
                 self._free += 1
