@@ -50,7 +50,7 @@ class Cores:
         self.hold = hold
         self.everywhere = cpus
         ordered = sorted(cpus)
-        self.own = frozenset(ordered[slot::processes] or ordered[slot % len(ordered):][:1]) if ordered else cpus
+        self.own = frozenset(ordered[slot::processes] or [ordered[slot % len(ordered)]]) if ordered else cpus
         self.apart = False  # on its own share now
         self.seen = -math.inf  # when another process was last seen answering
 

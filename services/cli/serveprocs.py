@@ -125,7 +125,6 @@ class Balance:
         self.slot = slot
         self.cores = cores
         self.connections: set[Any] = set()  # uvicorn's live connections of this process (set by :func:`run`)
-        self.answering = 0  # requests of this process under way (its event loop's thread alone counts them)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -139,14 +138,12 @@ class Balance:
                     self.load.set(self.slot, len(self.connections) - 1)
             await send(message)
 
-        self.answering += 1
-        self.load.answering[self.slot] = self.answering
+        self.load.answering[self.slot] += 1  # this process's event loop alone writes its slot
         self.cores.follow()
         try:
             await self.app(scope, receive, answer)
         finally:
-            self.answering -= 1
-            self.load.answering[self.slot] = self.answering
+            self.load.answering[self.slot] -= 1
 
 
 def run(app: Any, sock: socket.socket, load: Load | None = None, slot: int = 0,

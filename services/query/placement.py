@@ -75,12 +75,11 @@ class Placement:
         self._unreachable = False  # said once per outage
         #: Per agent asked about: its owner and the owner's address (another node's), as Redis said last.
         self._known: dict[str, tuple[Owner | None, str | None]] = {}
-        self._stop = threading.Event()
-        self._refresher: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._refresher = Periodic("placement", d.PLACEMENT_CACHE_SECONDS, self._refresh, errors=())
+        self._refresher.start()
 
     def route(self, agent: str, forwarded: bool) -> Route:
-        self._refreshing()
         known = None if self._unreachable else self._known.get(agent)
         if known is None and not self._unreachable:  # an agent not asked about yet: the one wait for Redis
             try:
@@ -122,24 +121,15 @@ class Placement:
                         "indexes", redact(str(exc)))
         self._unreachable = True
 
-    def _refreshing(self) -> None:
-        """The thread that asks Redis again every ``d.PLACEMENT_CACHE_SECONDS``, started once."""
-        if self._refresher is None:
-            with self._lock:
-                if self._refresher is None:
-                    self._refresher = threading.Thread(target=self._refresh, args=(d.PLACEMENT_CACHE_SECONDS,),
-                                                       name="memoryd-placement", daemon=True)
-                    self._refresher.start()
-
-    def _refresh(self, every: float) -> None:
-        while not self._stop.wait(every):
-            try:
-                if self._known:
-                    self._ask(list(self._known))
-                elif self._unreachable and self.leases.conn.ping():
-                    self._unreachable = False
-            except redis.RedisError as exc:
-                self._lost(exc)
+    def _refresh(self) -> None:
+        """Ask Redis again about every agent known (with none known, whether it answers again)."""
+        try:
+            if self._known:
+                self._ask(list(self._known))
+            elif self._unreachable and self.leases.conn.ping():
+                self._unreachable = False
+        except redis.RedisError as exc:
+            self._lost(exc)
 
     def forward(self, address: str, path: str, body: dict[str, Any], authorization: str | None) -> httpx.Response:
         headers = {FORWARDED: self.node, **({"authorization": authorization} if authorization else {})}
@@ -152,7 +142,7 @@ class Placement:
         self._publisher.start()
 
     def close(self) -> None:
-        self._stop.set()
+        self._refresher.stop.set()
         if self._publisher is not None:
             self._publisher.stop.set()
         self.client.close()

@@ -64,8 +64,8 @@ class Turns:
                 self._free -= 1
                 return ticket
             mine = threading.Event()
-            place = (int(back is None), ticket, mine)
-            ahead = bisect.bisect(self._waiting, place[:2], key=lambda waiting: waiting[:2])
+            place = (int(back is None), ticket, mine)  # tickets differ: the events are never compared
+            ahead = bisect.bisect(self._waiting, place)
             self._waiting.insert(ahead, place)
             ahead += self.slots
         if mine.wait(self.timeout):
