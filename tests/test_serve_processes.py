@@ -311,3 +311,58 @@ def test_query_processes_answering_together_each_keep_to_their_own_cores(served:
         assert _threads_cores(alone) == {cpus}
     finally:
         conn.close()
+
+
+def test_a_query_process_started_while_the_first_keeps_to_its_core_gets_every_core_alone(settings: Settings) -> None:
+    """A helper replaced while the first process keeps to its share (a third process answering
+    meanwhile) inherits that share from it: it is told the server's cores (``MEMORYD_SERVE_CPUS``),
+    and alone it runs on all of them again."""
+    served = Served(settings, 3)
+    cpus = servecores.machine_cpus()
+    busy = threading.Event()
+
+    def client() -> None:
+        conn = http.client.HTTPConnection(served.host, served.port, timeout=60)
+        try:
+            while not busy.is_set():
+                try:
+                    served.ask("/v1/agents/main/memory_search", {"query": "E-404 ferry"}, conn=conn)
+                except (OSError, http.client.HTTPException):  # the killed helper's connections
+                    conn.close()
+        finally:
+            conn.close()
+
+    clients = [threading.Thread(target=client) for _ in range(8)]
+    conn = None
+    try:
+        helpers = wait_until(lambda: len(served.helpers()) == 2 and served.helpers(), timeout=START_S,
+                             what="two helper processes")
+        served.pids_seen({served.process.pid, *helpers})
+        for thread in clients:
+            thread.start()
+        wait_until(lambda: len(_threads_cores(served.process.pid)) == 1
+                   and _threads_cores(served.process.pid) != {cpus}, timeout=60, interval=0.1,
+                   what="the first process on its own share of the cores")
+        os.kill(helpers[0], signal.SIGKILL)
+        fresh = wait_until(lambda: [p for p in served.helpers() if p not in helpers], timeout=GONE_S,
+                           what="a new query process in place of the killed one")[0]
+        born = _threads_cores(fresh)
+        assert len(cpus) < 2 or {cpus} != born, born  # started on the first process's share
+        served.pids_seen({fresh})
+        busy.set()
+        for thread in clients:
+            thread.join(timeout=60)
+        for _ in range(200):  # a connection the new process answers
+            conn = http.client.HTTPConnection(served.host, served.port, timeout=60)
+            if served.ask(conn=conn)["pid"] == fresh:
+                break
+            conn.close()
+        time.sleep(servecores.d.SERVE_CORES_HOLD_S + 0.2)
+        served.ask("/v1/agents/main/memory_search", {"query": "E-404 ferry"}, conn=conn)
+        assert served.ask(conn=conn)["pid"] == fresh
+        assert _threads_cores(fresh) == {cpus}
+    finally:
+        busy.set()
+        if conn is not None:
+            conn.close()
+        served.stop()
