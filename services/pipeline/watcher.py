@@ -189,7 +189,7 @@ class Watcher:
         self.watches: dict[str, AgentWatch] = {}
         self.observed: dict[str, list[ObservedWatch]] = {}
         self.next_reconcile: dict[str, float] = {}
-        self.stamp = _stamp(settings)
+        self.stamp: tuple[object, ...] = ()  # none yet: the first follow_agents reads the agents again
         self.keeper = Keeper(bus)
 
     def keep(self) -> None:

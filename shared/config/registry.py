@@ -34,6 +34,11 @@ VERSION = 2
 
 Entries = dict[str, dict[str, Any]]
 
+#: The stamp a process starts from: no registry's, so its first check reads the registry again.
+#: Its settings were loaded before it could take a stamp; a stamp taken then would hide a write in
+#: between (a watcher noting a Chinese memory as the workers start), and never be read.
+UNREAD = (-1, -1, -1)
+
 
 def path_of(state_dir: Path) -> Path:
     return state_dir / REGISTRY_FILE

@@ -144,7 +144,7 @@ class LiveSettings:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._stamp = registry.stamp(settings.data_dir)
+        self._stamp = registry.UNREAD
         self._lock = threading.Lock()
 
     def current(self) -> Settings:

@@ -70,14 +70,11 @@ class WorkerContext:
     redis_bus: Bus | None = None
     #: Per-process objects, least recently used first; at most WORKER_MEMO_ENTRIES.
     cache: OrderedDict[str, Any] = field(default_factory=OrderedDict)
-    registry_stamp: tuple[int, int, int] | None = None
+    registry_stamp: tuple[int, int, int] | None = registry.UNREAD
     #: ``memoryd index`` runs its stages as threads of one process, sharing this context.
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     #: Agents known only from their owner's published configuration (:meth:`ensure_agent`).
     published: set[str] = field(default_factory=set)
-
-    def __post_init__(self) -> None:
-        self.registry_stamp = registry.stamp(self.settings.data_dir)
 
     @property
     def bus(self) -> Bus:
