@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 import time
 import zlib
 from collections.abc import Sequence
@@ -97,28 +98,35 @@ class LocalProvider:
         self._options.intra_op_num_threads = threads
         self._options.inter_op_num_threads = 1
         self._options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self._loading = threading.Lock()  # each model is loaded once, whichever thread asks first
+        self._session: Any = None
         self._shared = False
+        self._query_session: tuple[Any, bool] | None = None
         self.tokenizer = windowlines.minilm_tokenizer()
 
-    @functools.cached_property
+    @property
     def session(self) -> Any:
         """The chunks' model; its weights mapped from the machine's one optimised copy (shared/embed/onnxshare.py)."""
-        session, self._shared = onnxshare.session(self._source, self._options, self._ort)
-        return session
+        with self._loading:
+            if self._session is None:
+                self._session, self._shared = onnxshare.session(self._source, self._options, self._ort)
+        return self._session
 
     @property
     def shared_weights(self) -> bool:
         """Whether the chunks' model maps the machine's shared copy (loading it if it was not)."""
         return self.session is not None and self._shared
 
-    @functools.cached_property
+    @property
     def query_session(self) -> tuple[Any, bool]:
         """The questions' model, and whether it is the int8 one (which embeds one question a run)."""
-        if self.settings.query_model == "int8":
-            quantized = onnxshare.question_session(self._source, self._options, self._ort)
-            if quantized is not None:
-                return quantized, True
-        return self.session, False
+        with self._loading:
+            if self._query_session is None:  # looked for once: a missing int8 model is said once
+                int8 = onnxshare.question_session(self._source, self._options, self._ort) \
+                    if self.settings.query_model == "int8" else None
+                self._query_session = (int8, int8 is not None)
+        int8, found = self._query_session
+        return (int8, True) if found else (self.session, False)
 
     @property
     def embedder(self) -> str:
