@@ -131,8 +131,9 @@ def test_a_query_is_read_whole_whatever_the_chunk_windows(workspace: Path, make_
                 "also asked about the blue laundry basket that our cat Biscuit sleeps in every night?")
     assert len(provider.windows(question)) > 1  # as a chunk, it would be three windows
     pieces = provider.tokenizer.encode(question, add_special_tokens=False).ids
-    whole = provider._run([[101, *pieces, 102]])[0]  # [CLS] the whole question [SEP]
-    first = provider._run(provider.windows(question)[:1])[0]
+    model, _ = provider.query_session  # the questions' model
+    whole = provider._run(model, [[101, *pieces, 102]], 1)[0]  # [CLS] the whole question [SEP]
+    first = provider._run(model, provider.windows(question)[:1], 1)[0]
     query = provider.embed_query(question)
     assert float(query @ whole) > 0.999 and float(query @ first) < 0.99
 
