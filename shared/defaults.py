@@ -261,6 +261,11 @@ RETRY_INTERVALS = [1, 5, 20]
 #: How often each worker moves retries that are due back onto their queue; RQ's own
 #: scheduler looks once a second too.
 RETRY_PROMOTE_SECONDS = 1.0
+#: How long a memoryd connection to Redis waits to connect and for each reply (workers' queue reads
+#: wait longer: runtime/worker.py). A Redis that accepts and never answers (paused, stopped, stuck in
+#: a long command) then fails the call, which the caller reports or retries, instead of holding it
+#: for good: redis-py before 8 waits without a deadline by default.
+REDIS_SOCKET_TIMEOUT_S = 5.0
 #: First pause before a process that lost Redis pings it again; doubled on every miss.
 REDIS_BACKOFF_SECONDS = 0.5
 #: Longest pause between pings of a lost Redis: a restarted Redis is found within 5 s,

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from memoryd.shared.config.bootstrap import STANDARD_FILES, ensure_workspace
-from memoryd.shared.runtime.redis_server import answers, redis_url, start_private_redis
+from memoryd.shared.exceptions import RedisUnavailable
+from memoryd.shared.runtime.redis_server import answers, connect, redis_url, start_private_redis
 
 
 def test_a_missing_workspace_is_created_with_the_standard_files_and_committed(make_settings, tmp_path: Path) -> None:
@@ -60,3 +64,23 @@ def test_the_private_redis_of_memoryd_up_is_found_by_other_commands(make_setting
     finally:
         private.stop()
     assert redis_url(settings) == settings.memoryd.local_redis_url  # gone with it: the note is removed
+
+
+def test_a_redis_that_accepts_and_never_answers_fails_the_connection_within_its_timeout() -> None:
+    """A socket that takes connections and never replies (a paused or stopped Redis): memoryd's
+    connections give up after their timeout and say where, never wait for good."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.extend(listener.accept()[0] for _ in range(8)), daemon=True).start()
+    url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    started = time.monotonic()
+    try:
+        with pytest.raises(RedisUnavailable, match="cannot reach Redis at redis://127.0.0.1"):
+            connect(url, timeout=0.5)
+        assert time.monotonic() - started < 5  # 0.5 s a try, redis-py's retries included
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()

@@ -102,8 +102,9 @@ def redis_url(settings: Settings) -> str:
     return choose(settings).url
 
 
-def connect(url: str) -> redis.Redis:
-    conn = redis.Redis.from_url(url)
+def connect(url: str, timeout: float = d.REDIS_SOCKET_TIMEOUT_S) -> redis.Redis:
+    """A connection to ``url`` that answered PING, each call bounded by ``timeout`` seconds; else RedisUnavailable."""
+    conn = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
     try:
         conn.ping()
     except redis.RedisError as exc:
