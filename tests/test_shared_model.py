@@ -189,3 +189,15 @@ def test_without_a_writable_cache_questions_are_embedded_by_the_float_model(
     provider = LocalProvider(LocalSettings())
     assert not provider.query_session[1]
     assert np.allclose(provider.embed_query(QUESTION), _private_vector(), atol=1e-5)
+
+
+def test_a_question_model_cut_short_is_written_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(tmp_path / "models"))
+    first = LocalProvider(LocalSettings()).embed_query(QUESTION)
+    (questions,) = (tmp_path / "models").glob("*/questions.onnx")
+    size = questions.stat().st_size
+    with questions.open("r+b") as f:
+        f.truncate(1000)  # cut short by hand or a full disk
+    provider = LocalProvider(LocalSettings())
+    assert np.array_equal(provider.embed_query(QUESTION), first) and provider.query_session[1]
+    assert questions.stat().st_size == size
