@@ -166,17 +166,23 @@ print(json.dumps({{"vector": v.tolist(), "int8": p.query_session[1]}}))
 """
 
 
-def test_without_the_onnx_package_questions_are_embedded_by_the_float_model_and_it_says_so(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("onnx_init", "said"), [
+    ("raise ImportError(\"No module named 'onnx'\")", "install the onnx package"),  # not installed
+    ("raise RuntimeError('a broken build')", "quantizing failed (RuntimeError: a broken build)"),
+])
+def test_without_a_working_onnx_package_questions_are_embedded_by_the_float_model_and_it_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, onnx_init: str, said: str) -> None:
+    """The shared copy is written all the same (its weights mapped), without the questions' model."""
     monkeypatch.setenv("MEMORYD_MODEL_CACHE", str(tmp_path / "models"))
     hidden = tmp_path / "hidden" / "onnx"  # first on the path of the process and of the child writing the copy
     hidden.mkdir(parents=True)
-    (hidden / "__init__.py").write_text("raise ImportError(\"No module named 'onnx'\")\n")
+    (hidden / "__init__.py").write_text(onnx_init + "\n")
     monkeypatch.setenv("PYTHONPATH", str(hidden.parent))
     done = subprocess.run([sys.executable, "-c", NO_ONNX], capture_output=True, text=True, timeout=120, check=True)
     seen = json.loads(done.stdout)
     assert not seen["int8"] and np.allclose(seen["vector"], _private_vector(), atol=1e-5)
-    assert "install the onnx package" in done.stderr and done.stderr.count("embedded by the float model") == 1
+    assert said in done.stderr and done.stderr.count("embedded by the float model") == 1
+    assert "could not be used" not in done.stderr  # the float weights are the machine's shared copy
     (manifest,) = (tmp_path / "models").glob("*/manifest.json")
     assert json.loads(manifest.read_text())["questions"] is None  # a valid copy, without the questions' model
 

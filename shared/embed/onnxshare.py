@@ -120,12 +120,17 @@ def write(source: Path, folder: Path, ort: Any) -> None:
 
 
 def _quantize(model: Path, out: Path) -> tuple[int | None, str | None]:
-    """The questions' int8 model of the optimised ``model`` → (its size, None), or (None, why not)."""
+    """The questions' int8 model of the optimised ``model`` → (its size, None), or (None, why not):
+    a failure here costs the questions' speed, never the shared copy."""
     try:
         from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(str(model), str(out), weight_type=QuantType.QInt8, per_channel=True)
     except ImportError as exc:  # ONNX Runtime's quantization tool needs the onnx package
         return None, f"{exc}; install the onnx package"
-    quantize_dynamic(str(model), str(out), weight_type=QuantType.QInt8, per_channel=True)
+    except Exception as exc:  # noqa: BLE001 - a broken onnx install, or the tool failing
+        out.unlink(missing_ok=True)
+        return None, f"quantizing failed ({type(exc).__name__}: {exc}); reinstall the onnx package"
     return out.stat().st_size, None
 
 
