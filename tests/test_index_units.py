@@ -189,6 +189,21 @@ def test_doctor_reports_sqlite_driver_tokenizer_and_provider(workspace: Path, ma
     assert redis_url in checks["redis"]["detail"]
 
 
+@pytest.mark.parametrize(("query_model", "said"), [("int8", "questions by its int8 model"),
+                                                   ("float", "questions by its float model")])
+def test_doctor_says_which_model_embeds_the_questions(workspace: Path, make_settings, redis_url: str,
+                                                      query_model: str, said: str) -> None:
+    import subprocess
+    import sys
+
+    _, config = make_settings(workspace, redis=redis_url, provider="local", local={"queryModel": query_model})
+    out = subprocess.run([sys.executable, "-m", "memoryd.services.cli", "--config", str(config), "doctor", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    provider = next(c for c in json.loads(out.stdout)["checks"] if c["check"] == "provider")
+    assert provider["ok"] and provider["detail"].startswith("local (all-MiniLM-L6-v2-int8) answered")
+    assert said in provider["detail"]
+
+
 def test_doctor_names_the_fix_when_redis_is_unreachable(workspace: Path, make_settings) -> None:
     import subprocess
     import sys

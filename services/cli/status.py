@@ -173,7 +173,10 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
         if not chain:
             return "provider none: keyword search only"
         chain[0].embed_query("doctor")
-        return f"{chain[0].name} ({chain[0].model}) answered; fallbacks: {[p.name for p in chain[1:]]}"
+        questions = getattr(chain[0], "query_session", None)  # the local model: which one embeds questions
+        said = "" if questions is None else " (questions by its int8 model)" if questions[1] else \
+            " (questions by its float model: local.queryModel \"float\", or no int8 model, the log says why)"
+        return f"{chain[0].name} ({chain[0].model}) answered{said}; fallbacks: {[p.name for p in chain[1:]]}"
 
     def state_probe() -> str:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
