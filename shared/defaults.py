@@ -122,7 +122,7 @@ LOCAL_QUERY_THREADS = 1
 #: MiniLM's model for questions: "int8", its weights and each question's activations quantized to
 #: int8 once per machine (ONNX Runtime's dynamic quantization, shared/embed/onnxshare.py), or "float",
 #: the model the chunks are embedded with. int8 embeds a question in ~2.0 ms of CPU against ~5.0
-#: alone and ~3.8 in the model's batches, with its vector at cosine 0.992-0.997 of the float one.
+#: alone and ~3.8 in the model's batches, with its vector at cosine 0.987-0.996 of the float one (0.992 on average).
 #: locomo-dev R@6 0.905 -> 0.909 with it (in the snippet 0.804 -> 0.808); the own set 0.949 -> 0.948
 #: (docs/query.md). One question a run: the activations' scale is the run's, so batch-mates would
 #: move a question's vector.
