@@ -58,6 +58,17 @@ def match_expression(terms: list[str], *, operator: str = "OR") -> str:
 
 
 @contextmanager
+def silent_redis() -> Iterator[str]:
+    """The URL of a "Redis" that takes connections and never answers (a paused or stopped one): a
+    listening socket nobody reads, the kernel completing the handshakes into its backlog."""
+    hung = socket.create_server(("127.0.0.1", 0), backlog=64)
+    try:
+        yield f"redis://127.0.0.1:{hung.getsockname()[1]}/0"
+    finally:
+        hung.close()
+
+
+@contextmanager
 def serving(app: Any) -> Iterator[str]:
     """``app`` (ASGI) on a real uvicorn server on a free loopback port, for the block: its URL."""
     import uvicorn

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from support import silent_redis
 
 from memoryd.shared.config.bootstrap import STANDARD_FILES, ensure_workspace
 from memoryd.shared.exceptions import RedisUnavailable
@@ -69,18 +68,8 @@ def test_the_private_redis_of_memoryd_up_is_found_by_other_commands(make_setting
 def test_a_redis_that_accepts_and_never_answers_fails_the_connection_within_its_timeout() -> None:
     """A socket that takes connections and never replies (a paused or stopped Redis): memoryd's
     connections give up after their timeout and say where, never wait for good."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    held: list[socket.socket] = []
-    threading.Thread(target=lambda: held.extend(listener.accept()[0] for _ in range(8)), daemon=True).start()
-    url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
-    started = time.monotonic()
-    try:
+    with silent_redis() as url:
+        started = time.monotonic()
         with pytest.raises(RedisUnavailable, match="cannot reach Redis at redis://127.0.0.1"):
             connect(url, timeout=0.5)
         assert time.monotonic() - started < 5  # 0.5 s a try, redis-py's retries included
-    finally:
-        listener.close()
-        for conn in held:
-            conn.close()

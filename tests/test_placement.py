@@ -5,12 +5,11 @@ hangs or is gone holds no search."""
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
 import redis
-from support import wait_until
+from support import silent_redis, wait_until
 
 from memoryd.services.query import placement as placement_module
 from memoryd.services.query.placement import Placement, Route
@@ -74,16 +73,14 @@ def test_a_redis_that_hangs_holds_no_search_and_is_followed_again_after(
 def test_once_redis_is_found_gone_searches_are_answered_here_without_waiting_for_it() -> None:
     """A "Redis" that takes connections and never answers (a socket nobody reads): the first search
     waits out the 1 s timeout; the ones after do not try it again (the thread does)."""
-    hung = socket.create_server(("127.0.0.1", 0), backlog=64)
-    port = hung.getsockname()[1]
-    here = placement_module.connect(f"redis://127.0.0.1:{port}/0", "ns", "n1", timeout=1)
-    try:
-        first = time.monotonic()
-        assert here.route("a", forwarded=False) == Route()
-        assert time.monotonic() - first >= 1.0  # it did wait for the hung one
-        after = time.monotonic()
-        assert [here.route(agent, forwarded=False) for agent in ("a", "b", "c") * 10] == [Route()] * 30
-        assert time.monotonic() - after < 1.0  # none of the 30 waited out the timeout again
-    finally:
-        here.close()
-        hung.close()
+    with silent_redis() as url:
+        here = placement_module.connect(url, "ns", "n1", timeout=1)
+        try:
+            first = time.monotonic()
+            assert here.route("a", forwarded=False) == Route()
+            assert time.monotonic() - first >= 1.0  # it did wait for the hung one
+            after = time.monotonic()
+            assert [here.route(agent, forwarded=False) for agent in ("a", "b", "c") * 10] == [Route()] * 30
+            assert time.monotonic() - after < 1.0  # none of the 30 waited out the timeout again
+        finally:
+            here.close()
