@@ -171,10 +171,10 @@ def backfill_job(agent: str, rows: list[list[str]], embedder: str | None = None)
     ctx.ensure_agent(agent)
     if embedder is not None and _embedder_of(ctx, agent) != embedder:
         ctx.ensure_agent(agent, reread=True)
-        if _embedder_of(ctx, agent) != embedder:
+        if (named := _embedder_of(ctx, agent)) != embedder:
             log.warning("agent %s: backfill not embedded: its index uses %s, this embedder's settings name %s "
                         "(the index being rebuilt for it, or this node's config differs from the owner's: "
-                        "give it the same memorySearch)", agent, embedder, _embedder_of(ctx, agent))
+                        "give it the same memorySearch)", agent, embedder, named)
             return 0
     chain = chain_for(ctx, agent)
     if not chain or not rows:

@@ -86,7 +86,8 @@ def model_cache(environ: Mapping[str, str] | None = None) -> Path:
 
 #: What the first query process of ``memoryd serve`` tells each helper it starts
 #: (services/cli/serveprocs.py): the address to listen on, its own pid, the descriptor of the
-#: shared page of connection counts and the helper's slot in it.
+#: shared page of connection and request counts, the helper's slot in it and the cores the
+#: processes share (services/cli/servecores.py).
 SERVE_HELPER = ("MEMORYD_SERVE_ADDRESS", "MEMORYD_SERVE_PARENT", "MEMORYD_SERVE_LOAD", "MEMORYD_SERVE_SLOT",
                 "MEMORYD_SERVE_CPUS")
 
