@@ -121,8 +121,8 @@ SHARED_MODEL_WRITE_TIMEOUT_S = 120.0
 LOCAL_QUERY_THREADS = 1
 #: MiniLM's model for questions: "int8", its weights and each question's activations quantized to
 #: int8 once per machine (ONNX Runtime's dynamic quantization, shared/embed/onnxshare.py), or "float",
-#: the model the chunks are embedded with. int8 embeds a question in ~2.0 ms of CPU against ~5.0
-#: alone and ~3.8 in the model's batches, with its vector at cosine 0.987-0.996 of the float one (0.992 on average).
+#: the model the chunks are embedded with. int8 embeds a question in ~2.0 ms of CPU against ~5.0,
+#: with its vector at cosine 0.987-0.996 of the float one (0.992 on average).
 #: locomo-dev R@6 0.905 -> 0.909 with it (in the snippet 0.804 -> 0.808); the own set 0.949 -> 0.948
 #: (docs/query.md). One question a run: the activations' scale is the run's, so batch-mates would
 #: move a question's vector.
@@ -166,9 +166,9 @@ BREAKER_MAX_COOLDOWN_SECONDS = 300.0
 #: After ``insufficient_quota`` the provider is not called for an hour: only a person adding
 #: credit cures it, and an hourly probe finds that without spending requests meanwhile.
 QUOTA_COOLDOWN_SECONDS = 3600.0
-#: How long memory_search waits for the query's embedding before it answers from keywords
-#: alone: MiniLM embeds a query in 5–10 ms and a remote API in 100–300 ms; an agent should
-#: not wait on a slow or hung provider.
+#: How long memory_search waits for a remote provider's embedding of the query before it answers
+#: from keywords alone: a remote API takes 100–300 ms; an agent should not wait on a slow or hung
+#: provider. (An in-process model embeds the question in the search's own turn.)
 QUERY_EMBED_TIMEOUT_MS = 500
 #: The environment variable that holds the OpenAI(-compatible) API key.
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -531,23 +531,24 @@ COMPACT_MIN_SUMMARY_TOKENS = 256
 #: A file this small is not scanned but re-scored whole, so its projection (fitted once the file
 #: has ``defaults.VEC_REWRITE_FLOOR`` ≤ this many rows) never matters before it is fitted.
 VECTOR_RESCORE = 4000
-#: Files with at least this many rows are scanned in two halves on two threads: below it the
-#: scan takes under a millisecond and a thread hand-off would cost more than it saves.
-VECTOR_SPLIT_ROWS = 100_000
+#: From this many vectors an agent's vector side (the scan, the re-score) runs on a thread of its
+#: own beside the search's keyword side; below, after it on the search's thread. The vector side
+#: takes 2.8 ms at 100k vectors, 11.9 ms at 1M (2026-12-05). At 100k, beside (with the embedding
+#: and a split scan) cost 14.0 against 12.1 ms of CPU a search to save 1.7 ms of a lone search's
+#: 11.7; at 1M, beside: one client's p50 39.4 → 28.1 ms, 8 clients 47.4 → 50.1 requests/s.
+VECTORS_BESIDE_ROWS = 300_000
 #: Query embeddings kept per process: agents repeat questions, and MiniLM takes ~5–10 ms a query.
 QUERY_CACHE_SIZE = 1024
-#: Searches on the index at once per query process (services/query/turns.py), first come first
-#: served: one per core. 8 clients at 100k on 2 cores: 62.5 → 72.7 requests/s, p99 217 → 135 ms.
+#: Searches on the index at once on this machine, over all the query processes of a ``memoryd
+#: serve`` (services/query/turns.py; each process runs its share, at least one), first come first
+#: served: one per core. A search is one thread's work, its question's embedding by an in-process
+#: model included: 8 clients at 100k on 2 cores (2026-12-05, two processes of one search at a time
+#: against the model's thread, the split scan and two at a time, alternating): p99 93.3 → 77.9 and
+#: 113.9 → 68.0 ms, 137.2 → 144.5 and 124.1 → 143.6 requests/s (docs/query.md, *Concurrency*).
 SEARCHES_AT_ONCE = os.cpu_count() or 2
 #: How long a search waits for its turn before it fails "busy" (HTTP 503): a search's turn takes
 #: ~10–40 ms here, so a wait this long means the service is overloaded, not slow.
 SEARCH_TURN_TIMEOUT_S = 10.0
-#: Questions an in-process model embeds in one call when searches arrive together (one thread
-#: per model, each run on ``queryThreads`` threads that never spin). The float models run them
-#: together: the same vectors as one at a time, ~¾ of the CPU each (float MiniLM, 2026-12-04:
-#: 7.0 ms a question alone, 5.4 in fours, 5.3 in eights on one thread). MiniLM's int8 question
-#: model (``local.queryModel``) runs them one after another in the call (~2 ms each).
-QUERY_EMBED_BATCH = 8
 #: The GIL hand-over interval of a query service process (Python's default: 5 ms). A search
 #: thread back from SQLite, numpy or ONNX Runtime waits for the GIL while another runs Python,
 #: up to this long: 5 ms is a third of a search. 8 clients at 100k, alternating servers

@@ -170,18 +170,19 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     required = _tokens_required(settings, host, args.insecure)
     import socket
 
+    from memoryd.services.cli import serveprocs
+    from memoryd.services.query.engine import QueryService
+
+    processes = args.processes or serveprocs.count(server.processes)
     placement = _placement(settings)
     app = create_app(settings, routers=[build_router(settings), promote_api.build_router(settings)],
-                     require_token=required, placement=placement)
+                     service=QueryService(settings, processes), require_token=required, placement=placement)
 
     def listening(url: str) -> None:
         for wildcard in ("//0.0.0.0:", "//[::]:"):
             url = url.replace(wildcard, f"//{socket.gethostname()}:")
         placement.publish(server.advertise_url or url)
 
-    from memoryd.services.cli import serveprocs
-
-    processes = args.processes or serveprocs.count(server.processes)
     remote.serve(app, host, server.port if args.port is None else args.port, settings, announce=not args.another,
                  listening=listening, processes=processes)
     return 0

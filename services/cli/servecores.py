@@ -1,8 +1,8 @@
 """While the other query processes of ``memoryd serve`` answer too, each runs on cores of its own.
 
-A search alone spreads over more than one core: its query's embedding beside its keyword side,
-the scan's two halves. With eight callers every core is busy anyway, and the kernel spread each
-process's threads (the event loop, the searches, the model's, the scan's) over all cores: a
+A process's threads (the event loop beside its searches; before a search became one thread's
+work, the model's and the scan's too) may run on any core. With eight callers every core is busy,
+and the kernel spread each process's threads over all cores: a
 thread holding its process's GIL was paused for another process's thread, and its own process's
 searches waited meanwhile. Alternating in the same minutes (100k, 2 cores, 2 processes,
 ``bench/concurrency.py``'s loops): 8 clients 121.4 → 129.3 and 128.8 → 135.4 requests/s, their

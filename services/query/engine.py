@@ -6,7 +6,9 @@ refreshed per committed generation, so it never blocks the indexer).
 
 Search: the vector side (services/query/vectors.py) and the keyword side
 (services/query/keyword.py) each return ``maxResults × candidateMultiplier`` candidates;
-services/query/fusion.py scores their union. Reads: ``memory_get`` goes through
+services/query/fusion.py scores their union. A search is one thread's work, in its turn
+(services/query/turns.py): its keyword side, its question's embedding when an in-process model
+makes it, its scan, fusion and snippets (services/query/question_embedding.py). Reads: ``memory_get`` goes through
 ``Workspace.resolve`` (the path refusals) and reads the file itself, never the index.
 """
 
@@ -38,7 +40,7 @@ from memoryd.services.query.models import (
     SearchResponse,
     SearchResult,
 )
-from memoryd.services.query.question_embedding import Embedded, QueryEmbedder, Vectors, VectorSide, settle
+from memoryd.services.query.question_embedding import Embedded, InTurn, QueryEmbedder, Vectors, VectorSide, settle
 from memoryd.services.query.turns import Turns
 from memoryd.services.query.vectors import VectorHit, single_blas_thread
 from memoryd.shared import defaults as d
@@ -47,10 +49,6 @@ from memoryd.shared.config.workspace import NotRegularFile, Workspace, open_regu
 from memoryd.shared.embed import providers
 from memoryd.shared.exceptions import ConfigError, MemoryFileMissing, PathRefused
 from memoryd.shared.runtime.roster import LiveSettings
-
-#: Vector scans at once: one per search in flight (the HTTP server runs up to 40, anyio's
-#: default), so no search's scan queues behind another's; each is one BLAS thread.
-SCAN_THREADS = 40
 
 
 @dataclass(frozen=True)
@@ -76,8 +74,14 @@ class _Late:
     state: tuple[tuple[int, int] | None, str | None]  # the snapshot's (inode, generation)
 
 
+def searches_at_once(processes: int) -> int:
+    """Searches one of ``processes`` query processes runs at once: its share of the cores, at least one."""
+    return max(1, d.SEARCHES_AT_ONCE // max(1, processes))
+
+
 class QueryService:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, processes: int = 1) -> None:
+        """``processes``: the query processes serving on this machine (``memoryd serve``), this one among them."""
         #: The agents follow the registry (``memoryd agents add/remove``) without a restart.
         self._live = LiveSettings(settings)
         self._seen = settings
@@ -88,12 +92,12 @@ class QueryService:
         #: Provider chains by memorySearch configuration: as many as there are configurations, not agents.
         self._providers: dict[str, list[providers.Provider]] = {}
         self._lock = threading.Lock()
-        #: Query embeddings: cached, one thread per provider endpoint (services/query/question_embedding.py).
+        #: Query embeddings: cached; a remote endpoint's on threads of its own (services/query/question_embedding.py).
         self._embeddings = QueryEmbedder()
-        #: Threads that scan the vectors beside the keyword side, while each search holds its snapshot.
-        self._scans = ThreadPoolExecutor(max_workers=SCAN_THREADS, thread_name_prefix="memoryd-scan")
         #: Searches take turns on the index, one per core, first come first served (services/query/turns.py).
-        self._turns = Turns(d.SEARCHES_AT_ONCE, d.SEARCH_TURN_TIMEOUT_S)
+        self._turns = Turns(searches_at_once(processes), d.SEARCH_TURN_TIMEOUT_S)
+        #: A big index's vector side runs on one of these while its search reads the keyword side.
+        self._beside = ThreadPoolExecutor(max_workers=searches_at_once(processes), thread_name_prefix="memoryd-scan")
         #: Indexes of past moments (``asOf``) replayed from the log, most recently used last.
         self._past: dict[Path, AgentIndex] = {}
         #: Whether what the first search loaded is frozen out of the garbage collector's sight yet.
@@ -145,7 +149,7 @@ class QueryService:
 
     def close(self) -> None:
         self._embeddings.close()
-        self._scans.shutdown(wait=True)
+        self._beside.shutdown(wait=True)
         self._indexes.close()
         for index in self._past.values():
             index.close()
@@ -172,10 +176,12 @@ class QueryService:
         # fusion "vector" asks for the vector side's own scores: codes or not, they are shown
         span = fusion.anchors(provider_name, request.query, codes_only=keyword.codes_only and mode != "vector")
         plan = _Search(agent, keyword, mode, limit, source, min_score, max_results, request.explain, span)
-        # The query's embedding starts now, before the snapshot, on its provider's own thread.
-        embedding = self._embedding(agent, request.query) if mode != "keyword" else Vectors(None, None)
+        # A remote provider's embedding starts now, before the turn, on its endpoint's own thread;
+        # an in-process model's is made in the turn, on this thread.
+        asked = self._embedding(agent, request.query) if mode != "keyword" else Vectors(None, None)
         started = time.monotonic()
         with self._turns.turn() as ticket, agent_index.snapshot() as index:
+            embedding = self._embeddings.now(asked) if isinstance(asked, InTurn) else asked
             found = self._in_snapshot(index, plan, embedding, None)
         if isinstance(found, _Late):
             # Not embedded yet: wait (up to embedTimeoutMs from the start) outside the snapshot, then
@@ -216,7 +222,7 @@ class QueryService:
             side = late.side
         elif s.mode != "vector":
             side = self._text_side(index, s.keyword, s.limit, s.source, alone=not isinstance(pending, VectorSide))
-        vectors = pending.close() if isinstance(pending, VectorSide) else pending
+        vectors = pending.scanned() if isinstance(pending, VectorSide) else pending
         if vectors is None:
             return _Late(side if s.mode != "vector" else None, state)
         text_side = s.mode != "vector"
@@ -295,8 +301,9 @@ class QueryService:
         return (index.keyword.candidates(query, limit, source, alone=alone),
                 index.keyword.path_candidates(query, limit, source))
 
-    def _embedding(self, agent: AgentConfig, text: str) -> Future[Embedded] | Vectors:
-        """The query's embedding, started (or found in the cache); or why there can be none."""
+    def _embedding(self, agent: AgentConfig, text: str) -> Future[Embedded] | InTurn | Vectors:
+        """The query's embedding: started (a remote provider), found in the cache, or to make in the
+        search's turn (an in-process model); or why there can be none."""
         try:
             chain = self._chain(agent)
         except ConfigError as exc:
@@ -307,7 +314,7 @@ class QueryService:
 
     def _vector_side(self, agent: AgentConfig, index: Snapshot, embedding: Future[Embedded] | Vectors,
                      limit: int, source: str | None) -> VectorSide | Vectors:
-        """The scan of the index's vectors once the query is embedded; or why there is none."""
+        """The scan of the index's vectors once the query is embedded (on this thread); or why there is none."""
         if isinstance(embedding, Vectors):
             return embedding
         matrix = index.vector_index()
@@ -320,7 +327,8 @@ class QueryService:
             return Vectors(None, f"index holds vectors of {index.embedder!r}, the configured provider makes "
                                  f"{made_by!r}; they are not mixed. Rebuild with `memoryd index "
                                  f"--agent {agent.id}` (keyword-only until then)")
-        return VectorSide(embedding, lambda query: matrix.search(query, limit, source), self._scans)
+        beside = self._beside if len(matrix) >= d.VECTORS_BESIDE_ROWS else None
+        return VectorSide(embedding, lambda query: matrix.search(query, limit, source), beside)
 
     def _chain(self, agent: AgentConfig) -> list[providers.Provider]:
         key = agent.memory_search.model_dump_json()

@@ -8,14 +8,15 @@ first served, a search costs what it costs alone and waits only for those before
 requests/s, p99 135 ms (bench/query.py ``concurrency``; docs/query.md).
 
 A turn covers the work on the index (a search's snapshot: its keyword side, scan, fusion and
-snippets), never the wait for its query's embedding: a slow or hung provider holds no turn, so
-it never holds other agents' searches (services/query/question_embedding.py). A search that
-gave its turn back to wait for its embedding comes ``back`` with the ticket of its first turn:
-ahead of every search waiting for a first turn, so it never waits in line twice (8 clients at
-100k: a quarter of the searches came back, and waited ~35 ms a time at the end of the line: the
-p99 was theirs), and behind the searches coming back that came before it: the model embeds the
-questions waiting in one run, so they come back together, and the first come is served first
-(taken as they came back, the last back went first: first come, last served). A search waits
+snippets) and an in-process model's embedding of the question, all on the search's thread;
+never the wait for a remote provider's embedding: a slow or hung provider holds no turn, so it
+never holds other agents' searches (services/query/question_embedding.py). A search that gave
+its turn back to wait for its embedding comes ``back`` with the ticket of its first turn: ahead
+of every search waiting for a first turn, so it never waits in line twice (8 clients at 100k,
+when the local model embedded on a thread of its own: a quarter of the searches came back, and
+waited ~35 ms a time at the end of the line: the p99 was theirs), and behind the searches coming
+back that came before it: answers that arrive together come back together, and the first come
+is served first (taken as they came back, the last back went first: first come, last served). A search waits
 its turn at most ``timeout`` seconds, then fails with :class:`SearchBusy` (HTTP 503 ``busy``),
 which says how long it waited and how many searches were ahead of it.
 """

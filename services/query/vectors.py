@@ -5,7 +5,7 @@ The indexer keeps ``<agent>.vec`` beside the index (shared/index/vecfile.py). Th
 it — and searches in three steps, each on fewer rows and more exact:
 
 1. scan the reduced vectors (``dims/8`` float32 per row) with one BLAS ``gemv`` per segment
-   (two threads for big files): an eighth of the bytes of the float32 vectors;
+   on the search's own thread: an eighth of the bytes of the float32 vectors;
 2. re-score the best ``d.VECTOR_RESCORE`` rows with their int8 codes (of the difference from the
    index's mean vector) and per-row scales: the cosine within ~0.002 of the float32 one, the
    top ten that of exact search (recall@10 on real MiniLM vectors: bench/query.py).
@@ -33,8 +33,6 @@ import ctypes
 import functools
 import glob
 import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -249,29 +247,15 @@ class VectorIndex:
         return _top(scores, d.VECTOR_RESCORE)
 
     def _scan(self, reduced_query: np.ndarray) -> np.ndarray:
-        """``reduced @ query`` over the visible rows, segment by segment (two threads for big files).
-
-        numpy releases the GIL inside BLAS, which stays on one thread, so the two halves run
-        on the machine's two cores and nothing spin-waits when the workers need them."""
+        """``reduced @ query`` over the visible rows, segment by segment, on this thread (numpy
+        releases the GIL inside BLAS, which stays on one thread)."""
         assert self.file is not None
         parts = self.file.column("reduced", 0, self.rows)
         scores = np.empty(self.rows, dtype=np.float32)
-        bounds = np.cumsum([0] + [len(p) for p in parts])
-
-        def run(indices: range) -> None:
-            for i in indices:
-                np.matmul(parts[i], reduced_query, out=scores[bounds[i]:bounds[i + 1]])
-
-        if self.rows < d.VECTOR_SPLIT_ROWS or len(parts) < 2 or not _SPLITTING.acquire(blocking=False):
-            run(range(len(parts)))  # small, or another search's half runs on the other core already
-            return scores
-        try:
-            half = len(parts) // 2
-            other = _scan_pool().submit(run, range(half, len(parts)))
-            run(range(half))
-            other.result()
-        finally:
-            _SPLITTING.release()
+        at = 0
+        for part in parts:
+            np.matmul(part, reduced_query, out=scores[at:at + len(part)])
+            at += len(part)
         return scores
 
     def _delta_scores(self, query: np.ndarray, source: str | None) -> np.ndarray:
@@ -296,16 +280,6 @@ def _top(scores: np.ndarray, m: int) -> np.ndarray:
     elif len(found) > m:  # each row kept costs its int8 re-score: keep exactly m
         found = found[np.argpartition(-scores[found], m)[:m]]
     return found[np.isfinite(scores[found])]
-
-
-#: Held by the one search whose scan is split now: with searches in flight on both cores a
-#: second split would only queue its half behind the first's.
-_SPLITTING = threading.Lock()
-
-
-@functools.cache
-def _scan_pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="memoryd-scan-half")
 
 
 @functools.cache
