@@ -7,9 +7,10 @@ refreshed per committed generation, so it never blocks the indexer).
 Search: the vector side (services/query/vectors.py) and the keyword side
 (services/query/keyword.py) each return ``maxResults × candidateMultiplier`` candidates;
 services/query/fusion.py scores their union. A search is one thread's work, in its turn
-(services/query/turns.py): its keyword side, its question's embedding when an in-process model
-makes it, its scan, fusion and snippets (services/query/question_embedding.py). Reads: ``memory_get`` goes through
-``Workspace.resolve`` (the path refusals) and reads the file itself, never the index.
+(services/query/turns.py): its question's embedding when an in-process model makes it, then in
+its snapshot its keyword side, scan, fusion and snippets (services/query/question_embedding.py).
+Reads: ``memory_get`` goes through ``Workspace.resolve`` (the path refusals) and reads the file
+itself, never the index.
 """
 
 from __future__ import annotations
@@ -180,9 +181,10 @@ class QueryService:
         # an in-process model's is made in the turn, on this thread.
         asked = self._embedding(agent, request.query) if mode != "keyword" else Vectors(None, None)
         started = time.monotonic()
-        with self._turns.turn() as ticket, agent_index.snapshot() as index:
+        with self._turns.turn() as ticket:
             embedding = self._embeddings.now(asked) if isinstance(asked, InTurn) else asked
-            found = self._in_snapshot(index, plan, embedding, None)
+            with agent_index.snapshot() as index:
+                found = self._in_snapshot(index, plan, embedding, None)
         if isinstance(found, _Late):
             # Not embedded yet: wait (up to embedTimeoutMs from the start) outside the snapshot, then
             # answer in a new snapshot — with vectors, or from keywords and the reason.
