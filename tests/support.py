@@ -1,5 +1,5 @@
-"""The helpers every kind of test needs: a free loopback port, a bounded wait, an app served on
-loopback, an exact FTS5 query."""
+"""The helpers every kind of test needs: a free loopback port, a bounded wait, a call on a thread
+of its own, an app served on loopback, an exact FTS5 query."""
 
 from __future__ import annotations
 
@@ -17,6 +17,31 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class Run(threading.Thread):
+    """``call()`` on a thread named ``name``, started at once; :meth:`result` waits for its answer at
+    most ``deadline`` seconds and raises what the call raised."""
+
+    def __init__(self, call: Callable[[], Any], name: str, deadline: float = 30.0) -> None:
+        super().__init__(name=name, daemon=True)
+        self.call, self.deadline = call, deadline
+        self.answer: Any = None
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.answer = self.call()
+        except BaseException as exc:  # handed to the test, which raises it
+            self.error = exc
+
+    def result(self) -> Any:
+        self.join(timeout=self.deadline)
+        assert not self.is_alive(), f"{self.name!r} did not finish within {self.deadline:g} s"
+        if self.error is not None:
+            raise self.error
+        return self.answer
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, *,

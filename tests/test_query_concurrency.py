@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from inline_index import index_now
 from retrieval_set import build
+from support import Run
 
 from memoryd.services.query.engine import QueryService
 from memoryd.services.query.models import SearchRequest, SearchResponse
@@ -33,30 +34,6 @@ def _vector_search(service: QueryService, query: str) -> SearchResponse:
     return service.search("main", SearchRequest(query=query, fusion="vector", min_score=0, max_results=50))
 
 
-class _Run(threading.Thread):
-    """``call()`` on a thread of its own, started at once; :meth:`result` waits for its answer."""
-
-    def __init__(self, call: Any, name: str) -> None:
-        super().__init__(name=name, daemon=True)
-        self.call = call
-        self.answer: Any = None
-        self.error: BaseException | None = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.answer = self.call()
-        except BaseException as exc:  # handed to the test, which raises it
-            self.error = exc
-
-    def result(self) -> Any:
-        self.join(timeout=DEADLINE_S)
-        assert not self.is_alive(), f"search {self.name!r} did not finish within {DEADLINE_S} s"
-        if self.error is not None:
-            raise self.error
-        return self.answer
-
-
 def test_a_search_held_in_its_snapshot_blocks_no_other_and_each_sees_its_own_commit(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     settings = build(tmp_path, provider="hash")
@@ -73,7 +50,7 @@ def test_a_search_held_in_its_snapshot_blocks_no_other_and_each_sees_its_own_com
             return in_snapshot(self, *args)
 
         monkeypatch.setattr(QueryService, "_in_snapshot", held)
-        first = _Run(lambda: _vector_search(service, "atlas-docs-eu"), name="held")
+        first = Run(lambda: _vector_search(service, "atlas-docs-eu"), name="held", deadline=DEADLINE_S)
         try:
             assert inside.wait(timeout=DEADLINE_S)
             # While it holds its snapshot: the indexer deletes the note and adds another, and commits.
@@ -83,10 +60,10 @@ def test_a_search_held_in_its_snapshot_blocks_no_other_and_each_sees_its_own_com
                 "# 2026-03-02\n- Ticket ZEBRA-7781: the zebra crossing widget is broken.\n", encoding="utf-8")
             index_now(settings, "main")
             # Searches of the same agent, begun after the commit, run to the end and see it.
-            after = _Run(lambda: _vector_search(service, "atlas-docs-eu"), name="after").result()
+            after = Run(lambda: _vector_search(service, "atlas-docs-eu"), name="after", deadline=DEADLINE_S).result()
             assert DELETED not in _paths(after)
-            new = _Run(lambda: service.search("main", SearchRequest(query="ZEBRA-7781", explain=True)),
-                       name="new").result()
+            new = Run(lambda: service.search("main", SearchRequest(query="ZEBRA-7781", explain=True)),
+                      name="new", deadline=DEADLINE_S).result()
             assert new.results[0].path == "memory/2026-03-02.md"
             assert new.results[0].explain.vector_rank is not None  # the vectors followed the commit too
             assert first.is_alive()  # all the while, the first search was still inside its snapshot

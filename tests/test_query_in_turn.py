@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from retrieval_set import build
-from support import wait_until
+from support import Run, wait_until
 
 from memoryd.services.query import engine
 from memoryd.services.query.engine import QueryService
@@ -30,26 +30,6 @@ from memoryd.shared.exceptions import ProviderError
 
 #: A search of the fixture takes milliseconds; one not done by then is stuck.
 DEADLINE_S = 30
-
-
-class _Run(threading.Thread):
-    def __init__(self, call: Any, name: str) -> None:
-        super().__init__(name=name, daemon=True)
-        self.call, self.answer, self.error = call, None, None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.answer = self.call()
-        except BaseException as exc:  # handed to the test
-            self.error = exc
-
-    def result(self) -> Any:
-        self.join(timeout=DEADLINE_S)
-        assert not self.is_alive(), f"search {self.name!r} did not finish within {DEADLINE_S} s"
-        if self.error is not None:
-            raise self.error
-        return self.answer
 
 
 def test_a_search_embeds_its_question_and_scans_on_its_own_thread_in_its_turn(
@@ -77,12 +57,12 @@ def test_a_search_embeds_its_question_and_scans_on_its_own_thread_in_its_turn(
 
         monkeypatch.setattr(model, "embed_queries", gated)
         monkeypatch.setattr(VectorIndex, "search", noted)
-        first = _Run(lambda: service.search("main", SearchRequest(query="Where is the Atlas documentation hosted?")),
-                     name="first")
+        first = Run(lambda: service.search("main", SearchRequest(query="Where is the Atlas documentation hosted?")),
+                    name="first", deadline=DEADLINE_S)
         try:
             assert inside.wait(DEADLINE_S)
-            second = _Run(lambda: service.search("main", SearchRequest(query="Who reviews the budget?")),
-                          name="second")
+            second = Run(lambda: service.search("main", SearchRequest(query="Who reviews the budget?")),
+                         name="second", deadline=DEADLINE_S)
             wait_until(lambda: len(service._turns._waiting) == 1, timeout=DEADLINE_S,
                        what="the second search waiting in line for the one turn")
             assert embedded == [("first", 0)]  # the second's question waits with it, not embedded meanwhile
@@ -119,8 +99,8 @@ def test_a_big_indexs_vector_side_runs_beside_the_keyword_side(tmp_path: Path, m
 
         monkeypatch.setattr(VectorIndex, "search", noted)
         monkeypatch.setattr(QueryService, "_text_side", keyword)
-        answer = _Run(lambda: service.search("main", SearchRequest(query="Who reviews the budget?")),
-                      name="searching").result()
+        answer = Run(lambda: service.search("main", SearchRequest(query="Who reviews the budget?")),
+                     name="searching", deadline=DEADLINE_S).result()
         assert answer.mode == "hybrid" and answer.results
         assert len(scanned) == 1 and scanned[0].startswith("memoryd-scan")
     finally:
