@@ -5,6 +5,7 @@ hangs or is gone holds no search."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -84,3 +85,27 @@ def test_once_redis_is_found_gone_searches_are_answered_here_without_waiting_for
             assert time.monotonic() - after < 1.0  # none of the 30 waited out the timeout again
         finally:
             here.close()
+
+
+def test_a_redis_found_again_before_any_agent_is_known_is_said_in_the_log(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The first search finds Redis gone (every command held 1.5 s, the call's timeout 1 s), so no
+    agent is known; the thread's ping finds it again, says so, and the agent is routed to its owner."""
+    monkeypatch.setattr(placement_module.d, "PLACEMENT_CACHE_SECONDS", 0.2)
+    conn = redis.Redis.from_url(redis_url)
+    n2 = Leases(conn, "ns", "n2")
+    n2.hold("a")
+    n2.publish_address("http://127.0.0.1:9002")
+    caplog.set_level(logging.WARNING, logger="memoryd.placement")
+    admin = redis.Redis.from_url(redis_url)
+    here = placement_module.connect(redis_url, "ns", "n1", timeout=1)
+    try:
+        admin.execute_command("CLIENT", "PAUSE", 1500, "ALL")
+        assert here.route("a", forwarded=False) == Route()  # gone: answered here
+        assert "cannot reach Redis" in caplog.text
+        wait_until(lambda: "Redis reachable again" in caplog.text, timeout=10, what="the log saying Redis is back")
+        wait_until(lambda: here.route("a", forwarded=False).address == "http://127.0.0.1:9002", timeout=10,
+                   what="agent a routed to its owner n2")
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        here.close()

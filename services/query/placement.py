@@ -110,10 +110,13 @@ class Placement:
             if len(self._known) + len(said) > d.PLACEMENT_CACHE_AGENTS:
                 self._known.clear()  # agents removed from the registry leave their entries behind
             self._known.update(said)
-            if self._unreachable:
-                log.warning("Redis reachable again: searches are routed to their agents' owners")
-            self._unreachable = False
+        self._reached()
         return said
+
+    def _reached(self) -> None:
+        if self._unreachable:
+            log.warning("Redis reachable again: searches are routed to their agents' owners")
+        self._unreachable = False
 
     def _lost(self, exc: redis.RedisError) -> None:
         if not self._unreachable:
@@ -127,7 +130,7 @@ class Placement:
             if self._known:
                 self._ask(list(self._known))
             elif self._unreachable and self.leases.conn.ping():
-                self._unreachable = False
+                self._reached()
         except redis.RedisError as exc:
             self._lost(exc)
 
