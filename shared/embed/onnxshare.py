@@ -28,6 +28,7 @@ float model, as the chunks are.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -47,6 +48,14 @@ _MODEL, _WEIGHTS, _QUESTIONS, _MANIFEST = "model.onnx", "weights.bin", "question
 
 
 def _digest(path: Path) -> str:
+    """The first 16 hex digits of the file's SHA-256, read once per process while the file stays as
+    it was (a process loading both the chunks' and the questions' model names the copy twice)."""
+    st = path.stat()
+    return _digest_of(path, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@functools.cache
+def _digest_of(path: Path, inode: int, size: int, mtime_ns: int) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
         while block := f.read(1 << 20):
