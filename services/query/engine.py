@@ -98,7 +98,7 @@ class QueryService:
         #: Searches take turns on the index, one per core, first come first served (services/query/turns.py).
         self._turns = Turns(searches_at_once(processes), d.SEARCH_TURN_TIMEOUT_S)
         #: A big index's vector side runs on one of these while its search reads the keyword side.
-        self._beside = ThreadPoolExecutor(max_workers=searches_at_once(processes), thread_name_prefix="memoryd-scan")
+        self._beside = ThreadPoolExecutor(max_workers=self._turns.slots, thread_name_prefix="memoryd-scan")
         #: Indexes of past moments (``asOf``) replayed from the log, most recently used last.
         self._past: dict[Path, AgentIndex] = {}
         #: Whether what the first search loaded is frozen out of the garbage collector's sight yet.
